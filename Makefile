@@ -1,0 +1,9 @@
+.PHONY: run test lint bench
+run:   ## the whole product on one machine (embedded SQLite)
+	scripts/run
+test:  ## lint, types and every test against the real PostgreSQL and Redis
+	scripts/test
+lint:
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy backend workers
+bench: ## benchmarks; each prints JSON
+	.venv/bin/python bench/ingest.py

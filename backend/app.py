@@ -1,0 +1,56 @@
+"""The FastAPI application factory: routers, middleware, and the start-up/shut-down lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from backend import migrate
+from backend.background import start_background
+from backend.compat.training import router as compat_training_router
+from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.deps import Runtime
+from backend.errors import BodySizeLimit, install_error_handlers
+from backend.health import router as health_router
+from backend.pools.router import router as pools_router
+from backend.pools.service import ensure_default_pool
+from backend.samples.router import router as samples_router
+from backend.settings import Settings, get_settings
+
+log = logging.getLogger("headroom")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.should_auto_migrate:
+            migrate.upgrade(settings.database_url)
+        engine = make_engine(settings.database_url)
+        runtime = Runtime(settings=settings, engine=engine, sessions=make_sessionmaker(engine))
+        with unit_of_work(runtime.sessions) as session:
+            ensure_default_pool(session)
+        app.state.runtime = runtime
+        background = start_background(runtime)
+        log.info("headroom ready (%s mode)", "embedded" if settings.embedded else "production")
+        try:
+            yield
+        finally:
+            background.stop()
+            engine.dispose()
+
+    app = FastAPI(
+        title="Headroom",
+        summary="Predicted-latency routing control plane for LLM inference pools.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, limit=settings.ingest.max_body_bytes)
+    for router in (health_router, pools_router, samples_router, compat_training_router):
+        app.include_router(router)
+    return app

@@ -1,0 +1,39 @@
+"""The upstream training server's ingestion route, at the root and under /pools/{pool}/."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+from fastapi.responses import JSONResponse
+
+from backend.deps import RuntimeDep, SessionDep
+from backend.pools.models import DEFAULT_POOL
+from backend.samples.router import ingest_entries
+from backend.samples.schemas import UpstreamTrainingBulk
+
+router = APIRouter(tags=["upstream training server"])
+
+
+def _accepted(n: int) -> JSONResponse:
+    # The Go client treats anything but 202 as failure and drops the batch.
+    return JSONResponse(
+        status_code=status.HTTP_202_ACCEPTED,
+        content={"message": f"Accepted {n} training samples."},
+    )
+
+
+@router.post("/add_training_data_bulk", status_code=status.HTTP_202_ACCEPTED)
+def add_training_data_bulk(
+    body: UpstreamTrainingBulk, runtime: RuntimeDep, session: SessionDep
+) -> JSONResponse:
+    """Upstream-compatible bulk ingestion into the `default` pool."""
+    done = ingest_entries(runtime, session, DEFAULT_POOL, body.entries)
+    return _accepted(done.accepted)
+
+
+@router.post("/pools/{pool}/add_training_data_bulk", status_code=status.HTTP_202_ACCEPTED)
+def add_training_data_bulk_pool(
+    pool: str, body: UpstreamTrainingBulk, runtime: RuntimeDep, session: SessionDep
+) -> JSONResponse:
+    """Upstream-compatible bulk ingestion into any pool."""
+    done = ingest_entries(runtime, session, pool, body.entries)
+    return _accepted(done.accepted)

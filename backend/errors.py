@@ -1,0 +1,125 @@
+"""One JSON error shape: ``{"detail": "<what was wrong>", "errors": [...]}``.
+
+``detail`` stays a field of every error body because the upstream Go client and FastAPI clients
+read it; for validation errors it names the row index and field of the first problem, and
+``errors`` lists them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from backend.pools.service import PoolExists, PoolNotFound
+
+_SECTIONS = {"body", "query", "path", "header", "cookie"}
+
+
+def describe_loc(loc: tuple[Any, ...] | list[Any]) -> tuple[int | None, str]:
+    """('body', 'entries', 3, 'kv_cache_percentage') -> (3, 'entries[3].kv_cache_percentage')."""
+    parts = list(loc[1:]) if loc and loc[0] in _SECTIONS else list(loc)
+    index = next((p for p in parts if isinstance(p, int)), None)
+    path = ""
+    for p in parts:
+        if isinstance(p, int):
+            path += f"[{p}]"
+        else:
+            path += f".{p}" if path else str(p)
+    return index, path or "body"
+
+
+def validation_errors(raw: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for err in raw:
+        loc = tuple(err.get("loc", ()))
+        index, field = describe_loc(loc)
+        leaf = next((str(p) for p in reversed(loc) if isinstance(p, str)), field)
+        out.append(
+            {"index": index, "field": leaf, "path": field, "message": err.get("msg", "invalid")}
+        )
+    return out
+
+
+async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = validation_errors(list(exc.errors()))
+    first = errors[0] if errors else {"path": "body", "message": "invalid request"}
+    return JSONResponse(
+        status_code=422,
+        content={"detail": f"{first['path']}: {first['message']}", "errors": errors},
+    )
+
+
+async def _on_pool_not_found(_: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+
+async def _on_pool_exists(_: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(status_code=409, content={"detail": str(exc)})
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(PoolNotFound, _on_pool_not_found)
+    app.add_exception_handler(PoolExists, _on_pool_exists)
+
+
+class _BodyTooLarge(HTTPException):
+    # An HTTPException, because FastAPI re-raises those from body parsing instead of
+    # turning them into a generic 400.
+    def __init__(self) -> None:
+        super().__init__(status_code=413)
+
+
+class BodySizeLimit:
+    """Refuses bodies over `limit` bytes with 413, by header or while streaming (chunked)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await self._refuse(send, int(value))
+                return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await self._refuse(send, received)
+
+    async def _refuse(self, send: Send, size: int) -> None:
+        response = JSONResponse(
+            status_code=413,
+            content={"detail": f"request body too large: {size} bytes > limit {self.limit}"},
+        )
+        await response({"type": "http"}, _empty_receive, send)
+
+
+async def _empty_receive() -> Message:
+    return {"type": "http.disconnect"}

@@ -1,0 +1,69 @@
+"""Pools: lookups are cached because every data-plane call resolves a pool name."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from backend.pools.models import DEFAULT_POOL, Pool
+from backend.pools.schemas import PoolCreate
+
+
+class PoolNotFound(LookupError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown pool {name!r}")
+        self.name = name
+
+
+class PoolExists(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"pool {name!r} already exists")
+
+
+class PoolCache:
+    """Name -> id. Pool ids never change once created, so positive entries never go stale."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, session: Session, name: str) -> int:
+        pool_id = self._ids.get(name)
+        if pool_id is not None:
+            return pool_id
+        pool_id = session.scalar(select(Pool.id).where(Pool.name == name))
+        if pool_id is None:
+            raise PoolNotFound(name)
+        with self._lock:
+            self._ids[name] = pool_id
+        return pool_id
+
+
+def list_pools(session: Session) -> list[Pool]:
+    return list(session.scalars(select(Pool).order_by(Pool.id)))
+
+
+def get_pool(session: Session, name: str) -> Pool:
+    pool = session.scalar(select(Pool).where(Pool.name == name))
+    if pool is None:
+        raise PoolNotFound(name)
+    return pool
+
+
+def create_pool(session: Session, data: PoolCreate) -> Pool:
+    pool = Pool(name=data.name, description=data.description)
+    session.add(pool)
+    try:
+        with session.begin_nested():
+            session.flush()
+    except IntegrityError as exc:
+        raise PoolExists(data.name) from exc
+    return pool
+
+
+def ensure_default_pool(session: Session) -> None:
+    if session.scalar(select(Pool.id).where(Pool.name == DEFAULT_POOL)) is None:
+        session.add(Pool(name=DEFAULT_POOL, description="The pool served at the root paths."))

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    SmallInteger,
+    String,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from backend.db import Base
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Target(enum.IntEnum):
+    """What a sample's label measures. Stored as a small integer."""
+
+    TTFT = 0
+    TPOT = 1
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Sample(Base):
+    """One row of a (pool, target) window. An entry with both labels > 0 becomes two rows."""
+
+    __tablename__ = "samples"
+    __table_args__ = (
+        # Serves trimming (newest `cap` per bucket), per-bucket counts and the training read.
+        Index("ix_samples_window", "pool_id", "target", "bucket", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"))
+    target: Mapped[int] = mapped_column(SmallInteger)
+    bucket: Mapped[int] = mapped_column(SmallInteger)
+    is_test: Mapped[bool] = mapped_column(Boolean)
+    kv_cache_percentage: Mapped[float] = mapped_column(Float)
+    input_token_length: Mapped[int] = mapped_column(Integer)
+    num_request_waiting: Mapped[int] = mapped_column(Integer)
+    num_request_running: Mapped[int] = mapped_column(Integer)
+    num_tokens_generated: Mapped[int] = mapped_column(Integer)
+    prefix_cache_score: Mapped[float] = mapped_column(Float)
+    pod_type: Mapped[int] = mapped_column(SmallInteger)
+    prefill_tokens_in_flight: Mapped[int] = mapped_column(Integer)
+    decode_tokens_in_flight: Mapped[int] = mapped_column(Integer)
+    encoder_input_size: Mapped[int] = mapped_column(Integer)
+    encoder_matched_size: Mapped[int] = mapped_column(Integer)
+    pod_class: Mapped[str | None] = mapped_column(String(63))
+    latency_ms: Mapped[float] = mapped_column(Float)
+    predicted_ms: Mapped[float | None] = mapped_column(Float)
+    pod: Mapped[str | None] = mapped_column(String(253))
+    observed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+# Column order used by ingestion (COPY and executemany) and by the benchmark's COPY ceiling.
+SAMPLE_COLUMNS: tuple[str, ...] = (
+    "pool_id",
+    "target",
+    "bucket",
+    "is_test",
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+    "num_tokens_generated",
+    "prefix_cache_score",
+    "pod_type",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+    "encoder_input_size",
+    "encoder_matched_size",
+    "pod_class",
+    "latency_ms",
+    "predicted_ms",
+    "pod",
+    "observed_at",
+)

@@ -1,0 +1,126 @@
+"""Wire shapes of samples. Field names are the upstream llm-d latency-predictor's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+MAX_BULK_ROWS = 10_000
+INT32_MAX = 2**31 - 1
+# A latency above a day is a unit mistake, not a measurement.
+MAX_LATENCY_MS = 86_400_000.0
+
+PodType = Literal["", "prefill", "decode"]
+POD_TYPE_CODES: dict[str, int] = {"": 0, "prefill": 1, "decode": 2}
+POD_TYPE_NAMES: tuple[str, ...] = ("", "prefill", "decode")
+
+
+def _count(default: int | None = None, description: str = "") -> Any:
+    """A non-negative int32 field; required when no default is given."""
+    if default is None:
+        return Field(ge=0, le=INT32_MAX, description=description)
+    return Field(default, ge=0, le=INT32_MAX, description=description)
+
+
+class Features(BaseModel):
+    """The state of one candidate pod plus the request, as the EPP sees it at scheduling time."""
+
+    # Unknown fields are ignored (upstream does the same, and the EPP adds fields over time);
+    # NaN and infinity are refused: one of them poisons a whole training window.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    kv_cache_percentage: float = Field(ge=0, le=1, description="KV-cache utilisation, 0..1.")
+    input_token_length: int = _count(description="Prompt tokens.")
+    num_request_waiting: int = _count(description="Requests queued on the pod.")
+    num_request_running: int = _count(description="Requests running on the pod.")
+    num_tokens_generated: int = _count(description="Tokens generated so far.")
+    prefix_cache_score: float = Field(
+        ge=0, le=1, description="Share of the prompt already in the pod's prefix cache."
+    )
+    pod_type: PodType | None = Field("", description='"", "prefill" or "decode".')
+    prefill_tokens_in_flight: int = _count(
+        0, "Uncached prompt tokens dispatched, not yet prefilled."
+    )
+    decode_tokens_in_flight: int = _count(0, "Decode tokens in flight on the pod.")
+    encoder_input_size: int = _count(0, "Multimodal encoder input size.")
+    encoder_matched_size: int = _count(0, "Part of the encoder input already cached.")
+    pod_class: str | None = Field(
+        None, max_length=63, description="Ours: GPU type / runtime of the pod, for mixed pools."
+    )
+
+    @field_validator("encoder_matched_size")
+    @classmethod
+    def _matched_within_input(cls, value: int, info: ValidationInfo) -> int:
+        size = info.data.get("encoder_input_size")
+        if size is not None and value > size:
+            raise ValueError("must not exceed encoder_input_size")
+        return value
+
+
+class TrainingEntry(Features):
+    """One observed latency.
+
+    A TTFT sample has actual_tpot_ms = 0, a TPOT sample actual_ttft_ms = 0.
+    """
+
+    actual_ttft_ms: float = Field(ge=0, le=MAX_LATENCY_MS)
+    actual_tpot_ms: float = Field(ge=0, le=MAX_LATENCY_MS)
+    timestamp: datetime | None = Field(None, description="When it was observed; default: now.")
+    predicted_ttft_ms: float | None = Field(
+        None, ge=0, le=MAX_LATENCY_MS, description="The prediction the router used, if any."
+    )
+    predicted_tpot_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS)
+    pod: str | None = Field(None, max_length=253, description="Name of the pod that served it.")
+
+    @field_validator("timestamp")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        # The EPP sends UTC; a naive time is read as UTC rather than as server-local time.
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class SamplesBulk(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    entries: list[TrainingEntry] = Field(min_length=1, max_length=MAX_BULK_ROWS)
+
+
+class UpstreamTrainingBulk(BaseModel):
+    """`POST /add_training_data_bulk` body; upstream accepts an empty list, so do we."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    entries: list[TrainingEntry] = Field(max_length=MAX_BULK_ROWS)
+
+
+class IngestResult(BaseModel):
+    pool: str
+    accepted: int = Field(description="Entries accepted.")
+    ttft_samples: int = Field(description="Rows added to the TTFT window.")
+    tpot_samples: int = Field(description="Rows added to the TPOT window.")
+    unlabelled: int = Field(description="Entries with neither latency > 0; they feed no window.")
+
+
+class BucketCount(BaseModel):
+    bucket: int
+    kv_range: tuple[float, float]
+    prefix_range: tuple[float, float]
+    queue_range: tuple[int, int | None]
+    train: int
+    test: int
+
+
+class TargetStats(BaseModel):
+    train: int
+    test: int
+    buckets: list[BucketCount]
+
+
+class WindowStats(BaseModel):
+    pool: str
+    cap: int = Field(description="Most samples a bucket keeps (trimmed in the background).")
+    targets: dict[str, TargetStats]

@@ -1,0 +1,99 @@
+"""Configuration, read from the environment (prefix ``HEADROOM_``) and an optional ``.env``.
+
+Nested subsystems use ``__`` as the delimiter, e.g. ``HEADROOM_WINDOW__CAP=1000``.
+Nothing here connects to anything: settings are plain values.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WindowSettings(BaseModel):
+    """The stratified sliding window of training samples, per (pool, target)."""
+
+    kv_step: float = Field(0.1, gt=0, le=1, description="Width of a KV-cache utilisation bucket.")
+    prefix_step: float = Field(
+        0.25, gt=0, le=1, description="Width of a prefix-cache score bucket."
+    )
+    queue_band_edges: list[int] = Field(
+        default_factory=lambda: [1, 3, 8, 16],
+        description="Lower edges of the queue-depth bands after the first; [1, 3] gives the bands "
+        "0, 1-2 and >= 3 waiting requests.",
+    )
+    cap: int = Field(500, ge=1, description="Most samples kept per bucket; the newest are kept.")
+    test_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of samples held out for evaluation, fixed at arrival."
+    )
+    trim_interval_s: float = Field(
+        2.0, gt=0, description="How often over-full buckets are trimmed back to the cap."
+    )
+
+    @field_validator("queue_band_edges")
+    @classmethod
+    def _edges_increase(cls, edges: list[int]) -> list[int]:
+        if any(e <= 0 for e in edges) or any(b <= a for a, b in itertools.pairwise(edges)):
+            raise ValueError("queue_band_edges must be positive and strictly increasing")
+        return edges
+
+
+class IngestSettings(BaseModel):
+    """Limits on the data-plane ingestion endpoints."""
+
+    max_body_bytes: int = Field(
+        32 * 1024 * 1024, ge=1024, description="Largest request body accepted, in bytes."
+    )
+
+
+class Settings(BaseSettings):
+    """Everything Headroom reads from its environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="HEADROOM_", env_nested_delimiter="__", env_file=".env", extra="ignore"
+    )
+
+    database_url: str = Field(
+        "sqlite:///headroom.db",
+        description="SQLAlchemy URL. The default is an embedded SQLite file in the working "
+        "directory; production uses postgresql+psycopg://...",
+    )
+    redis_url: str | None = Field(
+        None,
+        description="Redis URL (Celery broker, model notifications, training locks). Unset means "
+        "the embedded mode: training and notifications run inside the API process.",
+    )
+    auto_migrate: bool | None = Field(
+        None,
+        description="Run database migrations when the API starts. Unset means: only for SQLite "
+        "(production runs `headroom db upgrade` once instead of racing replicas).",
+    )
+    host: str = Field("127.0.0.1", description="Address `headroom serve` binds.")
+    port: int = Field(8000, description="Port `headroom serve` listens on.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level of the service."
+    )
+    window: WindowSettings = Field(default_factory=WindowSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def embedded(self) -> bool:
+        """True when no Redis is configured: background work runs in the API process."""
+        return self.redis_url is None
+
+    @property
+    def should_auto_migrate(self) -> bool:
+        return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

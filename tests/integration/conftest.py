@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, text
+
+from backend import migrate
+from backend.app import create_app
+from backend.db import make_engine, make_sessionmaker
+from backend.settings import Settings
+from tests.conftest import db_url_for_tests, redis_url_for_tests
+from tests.pg import recreate_database
+
+TABLES = ("samples", "pools")
+
+
+@pytest.fixture(scope="session")
+def database_url() -> str:
+    """A fresh test database, migrated by the real migrations, once per test session."""
+    url = db_url_for_tests()
+    try:
+        recreate_database(url)
+    except Exception as exc:  # a clear message beats a stack of connection errors
+        pytest.exit(f"PostgreSQL at {url} is not reachable: {exc}", returncode=3)
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def clean_database(engine: Engine) -> None:
+    """Each test starts from the migrated state: empty tables and the default pool."""
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+        conn.execute(
+            text(
+                "INSERT INTO pools (name, description) "
+                "VALUES ('default', 'The pool served at the root paths.')"
+            )
+        )
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    # Production mode (Redis configured): the API runs no background loop of its own, so a
+    # test decides when trimming happens.
+    return Settings(database_url=database_url, redis_url=redis_url_for_tests())
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+@pytest.fixture
+def sessions(engine: Engine):  # type: ignore[no-untyped-def]
+    return make_sessionmaker(engine)

@@ -1,0 +1,205 @@
+"""Ingestion: durable, all-or-nothing, upstream-compatible; bad input is named and refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.app import create_app
+from backend.samples.models import Sample, Target
+from backend.settings import IngestSettings, Settings
+from tests.factories import entry
+
+
+def stored(engine: Engine) -> int:
+    with Session(engine) as s:
+        return s.scalar(select(func.count()).select_from(Sample)) or 0
+
+
+def test_upstream_route_answers_202_with_upstream_message(
+    client: TestClient, engine: Engine
+) -> None:
+    r = client.post("/add_training_data_bulk", json={"entries": [entry(), entry()]})
+    assert r.status_code == 202
+    assert r.json() == {"message": "Accepted 2 training samples."}
+    assert stored(engine) == 2
+
+
+def test_pool_scoped_upstream_route_stores_into_that_pool(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    assert client.post("/v1/pools", json={"name": "llama-70b"}).status_code == 201
+    r = client.post("/pools/llama-70b/add_training_data_bulk", json={"entries": [entry()]})
+    assert r.status_code == 202
+    stats = client.get("/v1/samples/stats", params={"pool": "llama-70b"}).json()
+    assert stats["targets"]["ttft"]["train"] + stats["targets"]["ttft"]["test"] == 1
+    default = client.get("/v1/samples/stats").json()
+    assert default["targets"]["ttft"]["buckets"] == []
+
+
+def test_unknown_extra_fields_are_ignored_and_prediction_fields_kept(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    e = entry(some_future_field="x", predicted_ttft_ms=400.5, pod="vllm-0")
+    assert client.post("/add_training_data_bulk", json={"entries": [e]}).status_code == 202
+    with sessions() as s:
+        row = s.scalars(select(Sample)).one()
+    assert row.predicted_ms == 400.5
+    assert row.pod == "vllm-0"
+    assert row.latency_ms == 412.0
+    assert row.observed_at.isoformat().startswith("2026-08-20T12:00:00.123456")
+
+
+def test_entry_with_both_labels_feeds_both_windows(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    body = {
+        "entries": [
+            entry(actual_ttft_ms=300.0, actual_tpot_ms=0.0),
+            entry(actual_ttft_ms=0.0, actual_tpot_ms=21.5),
+            entry(actual_ttft_ms=250.0, actual_tpot_ms=19.0),
+            entry(actual_ttft_ms=0.0, actual_tpot_ms=0.0),
+        ]
+    }
+    r = client.post("/v1/samples", json=body)
+    assert r.status_code == 200
+    assert r.json() == {
+        "pool": "default",
+        "accepted": 4,
+        "ttft_samples": 2,
+        "tpot_samples": 2,
+        "unlabelled": 1,
+    }
+    with sessions() as s:
+        labels = sorted((t, v) for t, v in s.execute(select(Sample.target, Sample.latency_ms)))
+    assert labels == [
+        (Target.TTFT, 250.0),
+        (Target.TTFT, 300.0),
+        (Target.TPOT, 19.0),
+        (Target.TPOT, 21.5),
+    ]
+
+
+def test_samples_acknowledged_survive_a_new_app_instance(
+    settings: Settings, engine: Engine
+) -> None:
+    with TestClient(create_app(settings)) as first:
+        for _ in range(3):
+            assert first.post("/v1/samples", json={"entries": [entry()] * 100}).status_code == 200
+    with TestClient(create_app(settings)) as second:
+        stats = second.get("/v1/samples/stats").json()["targets"]["ttft"]
+    assert stats["train"] + stats["test"] == 300
+
+
+def _raw(body: bytes) -> Callable[[TestClient], Any]:
+    return lambda c: c.post(
+        "/v1/samples", content=body, headers={"content-type": "application/json"}
+    )
+
+
+BAD_BATCHES: dict[str, tuple[list[dict[str, Any]], int, str]] = {
+    # name: (entries, index of the bad row, field named)
+    "fraction above 1": ([entry(), entry(kv_cache_percentage=1.5)], 1, "kv_cache_percentage"),
+    "negative fraction": ([entry(prefix_cache_score=-0.1)], 0, "prefix_cache_score"),
+    "negative count": ([entry(), entry(), entry(num_request_waiting=-1)], 2, "num_request_waiting"),
+    "negative latency": ([entry(actual_ttft_ms=-3)], 0, "actual_ttft_ms"),
+    "missing field": (
+        [entry(), {k: v for k, v in entry().items() if k != "input_token_length"}],
+        1,
+        "input_token_length",
+    ),
+    "string for a count": ([entry(num_request_running="many")], 0, "num_request_running"),
+    "fractional count": ([entry(input_token_length=10.5)], 0, "input_token_length"),
+    "count beyond int32": ([entry(input_token_length=2**40)], 0, "input_token_length"),
+    "unknown pod type": ([entry(pod_type="gpu")], 0, "pod_type"),
+    "bad timestamp": ([entry(timestamp="yesterday")], 0, "timestamp"),
+    "matched above input": (
+        [entry(encoder_input_size=10, encoder_matched_size=11)],
+        0,
+        "encoder_matched_size",
+    ),
+}
+
+
+@pytest.mark.parametrize("route", ["/v1/samples", "/add_training_data_bulk"])
+@pytest.mark.parametrize("case", sorted(BAD_BATCHES))
+def test_bad_row_is_named_and_nothing_of_the_batch_is_stored(
+    client: TestClient, engine: Engine, route: str, case: str
+) -> None:
+    entries, index, field = BAD_BATCHES[case]
+    r = client.post(route, json={"entries": entries})
+    assert r.status_code == 422
+    body = r.json()
+    assert body["detail"].startswith(f"entries[{index}].{field}")
+    assert {"index": index, "field": field} in [
+        {"index": e["index"], "field": e["field"]} for e in body["errors"]
+    ]
+    assert stored(engine) == 0
+
+
+def test_nan_is_refused_with_row_and_field(client: TestClient, engine: Engine) -> None:
+    good = orjson.dumps(entry()).decode()
+    bad = orjson.dumps(entry()).decode().replace('"actual_ttft_ms":412.0', '"actual_ttft_ms":NaN')
+    r = _raw(f'{{"entries":[{good},{bad}]}}'.encode())(client)
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith("entries[1].actual_ttft_ms")
+    assert stored(engine) == 0
+
+
+def test_too_many_rows(client: TestClient, engine: Engine) -> None:
+    r = client.post("/v1/samples", json={"entries": [entry()] * 10_001})
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "entries"
+    assert "10000" in r.json()["detail"]
+    assert stored(engine) == 0
+
+
+def test_empty_batch_is_refused_on_v1_and_accepted_upstream(client: TestClient) -> None:
+    assert client.post("/v1/samples", json={"entries": []}).status_code == 422
+    r = client.post("/add_training_data_bulk", json={"entries": []})
+    assert r.status_code == 202
+    assert r.json() == {"message": "Accepted 0 training samples."}
+
+
+def test_invalid_json_and_wrong_shapes(client: TestClient, engine: Engine) -> None:
+    assert _raw(b'{"entries": [')(client).status_code == 422
+    assert client.post("/v1/samples", json={"entries": {"a": 1}}).status_code == 422
+    assert client.post("/v1/samples", json=[entry()]).status_code == 422
+    assert stored(engine) == 0
+
+
+def test_unknown_pool_is_404_and_stores_nothing(client: TestClient, engine: Engine) -> None:
+    r = client.post("/pools/nope/add_training_data_bulk", json={"entries": [entry()]})
+    assert r.status_code == 404
+    assert "nope" in r.json()["detail"]
+    r = client.post("/v1/samples", params={"pool": "nope"}, json={"entries": [entry()]})
+    assert r.status_code == 404
+    assert stored(engine) == 0
+
+
+def test_oversized_body_is_413_by_header_and_when_streamed(
+    settings: Settings, engine: Engine
+) -> None:
+    small = settings.model_copy(update={"ingest": IngestSettings(max_body_bytes=4096)})
+    body = orjson.dumps({"entries": [entry()] * 40})
+    assert len(body) > 4096
+    with TestClient(create_app(small)) as c:
+        r = c.post("/v1/samples", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        assert "4096" in r.json()["detail"]
+
+        def chunks():  # type: ignore[no-untyped-def]
+            for i in range(0, len(body), 1000):
+                yield body[i : i + 1000]
+
+        r = c.post("/v1/samples", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        ok = c.post("/v1/samples", json={"entries": [entry()]})
+        assert ok.status_code == 200
+    assert stored(engine) == 1

@@ -1,0 +1,91 @@
+"""Run `headroom serve` as a real child process, as a user would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def headroom_process(
+    env: dict[str, str], cwd: Path, args: tuple[str, ...] = ()
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_")}
+    full_env.update(env)
+    exe = Path(sys.executable).with_name("headroom")
+    log = open(cwd / f"serve-{port}.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--port", str(port), *args],
+        cwd=cwd,
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError((cwd / f"serve-{port}.log").read_text())
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("headroom serve did not become ready")
+            time.sleep(0.1)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+
+
+@contextmanager
+def headroom_worker(
+    env: dict[str, str], cwd: Path, args: tuple[str, ...] = ("--beat",)
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A real Celery worker (and beat) started by `headroom worker`."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_")}
+    full_env.update(env)
+    exe = Path(sys.executable).with_name("headroom")
+    log = open(cwd / "worker.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [str(exe), "worker", "--concurrency=1", *args],
+        cwd=cwd,
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
