@@ -10,6 +10,8 @@ from fastapi import FastAPI
 
 from backend import migrate
 from backend.background import start_background
+from backend.compat.prediction import pool_router as compat_pool_router
+from backend.compat.prediction import root_router as compat_root_router
 from backend.compat.training import router as compat_training_router
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.deps import Runtime
@@ -17,7 +19,9 @@ from backend.errors import BodySizeLimit, install_error_handlers
 from backend.health import router as health_router
 from backend.pools.router import router as pools_router
 from backend.pools.service import ensure_default_pool
+from backend.registry.router import router as registry_router
 from backend.samples.router import router as samples_router
+from backend.serving.router import router as serving_router
 from backend.settings import Settings, get_settings
 
 log = logging.getLogger("headroom")
@@ -51,6 +55,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, limit=settings.ingest.max_body_bytes)
-    for router in (health_router, pools_router, samples_router, compat_training_router):
+    for router in (
+        health_router,
+        pools_router,
+        samples_router,
+        serving_router,
+        registry_router,
+        compat_training_router,
+        compat_root_router,
+        compat_pool_router,
+    ):
         app.include_router(router)
     return app

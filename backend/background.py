@@ -1,7 +1,9 @@
-"""Periodic work that the embedded mode runs inside the API process.
+"""Background work of an API process.
 
-In production the same service functions run as Celery tasks scheduled by beat
-(`workers/`), and the API process starts nothing here.
+Every process keeps its served models fresh: a listener for activation notifications (Redis
+pub/sub in production) and a periodic poll as the fallback. In the embedded mode the process
+also trims windows and retrains, on the same service functions that Celery workers run in
+production (`workers/`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,20 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from backend.db import unit_of_work
 from backend.deps import Runtime
+from backend.registry.locks import LocalLocks
+from backend.registry.notify import RedisListener
+from backend.registry.trainer import Trainer
 from backend.samples.service import trim_all_windows
 
 log = logging.getLogger("headroom.background")
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
 
 
 @dataclass
@@ -28,6 +38,7 @@ class Periodic:
 @dataclass
 class Background:
     jobs: list[Periodic]
+    others: list[Stoppable] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -47,19 +58,30 @@ class Background:
 
     def stop(self) -> None:
         self._stop.set()
+        for other in self.others:
+            other.stop()
         for thread in self._threads:
             thread.join(timeout=10)
 
 
-def trim_job(runtime: Runtime) -> Periodic:
-    def run() -> int:
-        with unit_of_work(runtime.sessions) as session:
-            return trim_all_windows(session, runtime.settings.window.cap)
-
-    return Periodic("trim-windows", runtime.settings.window.trim_interval_s, run)
-
-
 def start_background(runtime: Runtime) -> Background:
-    if not runtime.settings.embedded:
-        return Background([])
-    return Background([trim_job(runtime)]).start()
+    settings = runtime.settings
+    runtime.sync()  # serve whatever is active before the first request
+    poll = Periodic("model-poll", settings.serving.poll_interval_s, runtime.sync)
+    if settings.redis_url is not None:
+        listener = RedisListener(settings.redis_url, runtime.sync).start()
+        return Background([poll], [listener]).start()
+
+    trainer = Trainer(runtime.sessions, settings, LocalLocks(), runtime.notifier)
+
+    def trim() -> int:
+        with unit_of_work(runtime.sessions) as session:
+            return trim_all_windows(session, settings.window.cap)
+
+    return Background(
+        [
+            poll,
+            Periodic("trim-windows", settings.window.trim_interval_s, trim),
+            Periodic("retrain", settings.training.interval_s, trainer.run_once),
+        ]
+    ).start()

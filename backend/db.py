@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy import DateTime, Dialect, Engine, MetaData, TypeDecorator, create_engine, event
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 # Stable constraint names, so that Alembic migrations are identical on both backends.
@@ -19,8 +20,30 @@ NAMING_CONVENTION = {
 }
 
 
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware in, timezone-aware (UTC) out, on both backends.
+
+    SQLite stores no offset, so without this every time read back from it would be naive, and
+    the upstream Go client cannot decode a timestamp without a timezone.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime}  # noqa: RUF012
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -60,4 +83,5 @@ def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
 def load_all_models() -> None:
     """Import every domain's tables so that Base.metadata knows them (Alembic, tests)."""
     from backend.pools import models as _pools  # noqa: F401
+    from backend.registry import models as _registry  # noqa: F401
     from backend.samples import models as _samples  # noqa: F401

@@ -12,8 +12,12 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.pools.service import PoolCache
+from backend.predictor.serving import ModelStore
+from backend.registry.notify import LocalNotifier, Notifier, RedisNotifier
+from backend.registry.sync import StoreSync
 from backend.samples.window import WindowSpec
 from backend.settings import Settings
+from backend.telemetry import Telemetry
 
 
 @dataclass
@@ -25,6 +29,20 @@ class Runtime:
     sessions: sessionmaker[Session]
     pools: PoolCache = field(default_factory=PoolCache)
     rng: random.Random = field(default_factory=random.Random)
+    store: ModelStore = field(default_factory=ModelStore)
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    # Derived at start-up: bound to this runtime's sessions, store and mode.
+    sync: StoreSync = field(init=False)
+    notifier: Notifier = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sync = StoreSync(self.sessions, self.store)
+        if self.settings.redis_url is not None:
+            self.notifier = RedisNotifier(self.settings.redis_url)
+        else:
+            local = LocalNotifier()
+            local.subscribe(self.sync)
+            self.notifier = local
 
     @property
     def window(self) -> WindowSpec:

@@ -42,6 +42,50 @@ class WindowSettings(BaseModel):
         return edges
 
 
+class TrainingSettings(BaseModel):
+    """Online retraining of each (pool, target) model."""
+
+    interval_s: float = Field(
+        10.0, gt=0, description="How often windows are checked and retrained."
+    )
+    model_kind: Literal["hybrid", "xgboost"] = Field(
+        "hybrid",
+        description="hybrid: a physics base that extrapolates with trees on its residual; "
+        "xgboost: plain trees, as upstream (kept for comparison).",
+    )
+    objective: Literal["mean", "quantile"] = Field("mean", description="What the model predicts.")
+    quantile: float = Field(0.9, gt=0, lt=1, description="Quantile for the quantile objective.")
+    min_samples_fresh: int = Field(
+        10, ge=1, description="Samples a window needs before its first model is trained."
+    )
+    min_samples_loaded: int = Field(
+        100,
+        ge=1,
+        description="Samples needed before replacing a model that this process found already "
+        "stored when it started (so a restart does not swap in a model of a few samples).",
+    )
+    gate_tolerance: float = Field(
+        0.1,
+        ge=0,
+        description="A candidate is activated when its held-out MAPE is at most (1 + tolerance) "
+        "times the active model's on the same rows.",
+    )
+    gate_min_test: int = Field(
+        10, ge=0, description="Below this many held-out rows the gate cannot judge; newest wins."
+    )
+    lock_timeout_s: float = Field(
+        120.0, gt=0, description="Expiry of the training lock of a (pool, target)."
+    )
+
+
+class ServingSettings(BaseModel):
+    """The in-memory models of every API process."""
+
+    poll_interval_s: float = Field(
+        5.0, gt=0, description="Fallback poll of the active models, should a notification be lost."
+    )
+
+
 class IngestSettings(BaseModel):
     """Limits on the data-plane ingestion endpoints."""
 
@@ -79,6 +123,8 @@ class Settings(BaseSettings):
     )
     window: WindowSettings = Field(default_factory=WindowSettings)
     ingest: IngestSettings = Field(default_factory=IngestSettings)
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
+    serving: ServingSettings = Field(default_factory=ServingSettings)
 
     @property
     def is_sqlite(self) -> bool:

@@ -28,6 +28,10 @@ def create_celery(settings: Settings) -> Celery:
                 "task": tasks.TRIM_WINDOWS,
                 "schedule": settings.window.trim_interval_s,
             },
+            "retrain-due": {
+                "task": tasks.RETRAIN_DUE,
+                "schedule": settings.training.interval_s,
+            },
         },
     )
     tasks.register(app, settings)

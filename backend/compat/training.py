@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 from fastapi.responses import JSONResponse
 
-from backend.deps import RuntimeDep, SessionDep
+from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
 from backend.samples.router import ingest_entries
 from backend.samples.schemas import UpstreamTrainingBulk
+from backend.telemetry import CONTENT_TYPE, UpstreamCollector, render_upstream
 
 router = APIRouter(tags=["upstream training server"])
 
@@ -37,3 +38,22 @@ def add_training_data_bulk_pool(
     """Upstream-compatible bulk ingestion into any pool."""
     done = ingest_entries(runtime, session, pool, body.entries)
     return _accepted(done.accepted)
+
+
+def _upstream_metrics(runtime: Runtime, session: SessionDep, pool: str) -> bytes:
+    pool_id = runtime.pools.resolve(session, pool)
+    collector = UpstreamCollector(pool, runtime.store, runtime.sessions, runtime.window, pool_id)
+    return render_upstream(collector)
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(runtime: RuntimeDep, session: SessionDep) -> Response:
+    """Prometheus text: Headroom's own series plus upstream's for the `default` pool."""
+    body = runtime.telemetry.render() + _upstream_metrics(runtime, session, DEFAULT_POOL)
+    return Response(body, media_type=CONTENT_TYPE)
+
+
+@router.get("/pools/{pool}/metrics", response_class=Response)
+def pool_metrics(pool: str, runtime: RuntimeDep, session: SessionDep) -> Response:
+    """Upstream's training-server series for one pool."""
+    return Response(_upstream_metrics(runtime, session, pool), media_type=CONTENT_TYPE)

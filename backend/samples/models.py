@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import Literal
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -29,8 +29,12 @@ class Target(enum.IntEnum):
     TPOT = 1
 
     @property
-    def label(self) -> str:
-        return self.name.lower()
+    def label(self) -> Literal["ttft", "tpot"]:
+        return "ttft" if self is Target.TTFT else "tpot"
+
+    @classmethod
+    def from_label(cls, label: str) -> Target:
+        return cls[label.upper()]
 
 
 class Sample(Base):
@@ -62,7 +66,7 @@ class Sample(Base):
     latency_ms: Mapped[float] = mapped_column(Float)
     predicted_ms: Mapped[float | None] = mapped_column(Float)
     pod: Mapped[str | None] = mapped_column(String(253))
-    observed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    observed_at: Mapped[datetime] = mapped_column()
 
 
 # Column order used by ingestion (COPY and executemany) and by the benchmark's COPY ceiling.

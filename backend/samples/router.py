@@ -22,6 +22,8 @@ def ingest_entries(
         session, pool_id, entries, runtime.window, window.test_fraction, runtime.rng
     )
     session.commit()
+    runtime.telemetry.samples.labels(pool, "ttft").inc(done.ttft_rows)
+    runtime.telemetry.samples.labels(pool, "tpot").inc(done.tpot_rows)
     return done
 
 

@@ -1,0 +1,198 @@
+"""Feature matrices for the TTFT and TPOT models, built from columnar wire fields.
+
+Input is ``cols``: upstream wire field name -> 1-D numpy array (one entry per row). The derived
+columns carry the physics the models lean on: prefill work grows with the *uncached* prompt tokens
+(linear for the GEMMs, quadratic for attention), queueing with the prefill work already admitted
+ahead of the request, decode steps with the batch size and the KV bytes each step reads.
+
+``*_BASE_FEATURES`` name the cost drivers of the hybrid model's non-negative linear base; these
+are the columns along which predictions must keep growing outside the training range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+Target = Literal["ttft", "tpot"]
+Columns = Mapping[str, npt.NDArray[Any]]
+FeatureMatrix = npt.NDArray[np.float32]
+
+POD_TYPE_CODES: Final[Mapping[str, int]] = {"": 0, "prefill": 1, "decode": 2}
+
+ATTENTION_WEIGHT: Final = 0.12
+"""Upper bound on prefill attention cost per 1000 token pairs, relative to the linear layers'
+cost per token.
+
+Prompts within the training range cannot tell attention's quadratic growth apart from the
+launch-bound flattening of short prefills (both bend the curve upwards), so an unconstrained
+quadratic fitted on prompts <= 1024 tokens overshoots longer ones by 10-30 %. FLOP counting puts
+the ratio at ``1000 / (6 * d_model)`` divided by the attention kernel's relative efficiency:
+0.04 / ~0.5 for an 8B model. The base uses ``uncached_tokens`` and ``prefill_compute_tokens =
+uncached + ATTENTION_WEIGHT * attention_kpairs`` with non-negative weights, which is exactly the
+constraint ``0 <= attention slope <= ATTENTION_WEIGHT * token slope``.
+"""
+
+REQUIRED_FIELDS: Final = (
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+)
+FEATURE_FIELDS: Final = (
+    *REQUIRED_FIELDS,
+    "prefix_cache_score",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+    "num_tokens_generated",
+    "pod_type",
+    "encoder_input_size",
+    "encoder_matched_size",
+)
+"""Wire fields read; all but ``REQUIRED_FIELDS`` default to 0 when a column is absent."""
+
+TTFT_FEATURES: Final = (
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+    "prefix_cache_score",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+    "pod_type",
+    "uncached_tokens",
+    "cached_tokens",
+    "attention_kpairs",
+    "prefill_compute_tokens",
+    "running_x_uncached_k",
+    "encoder_uncached_tokens",
+)
+TTFT_BASE_FEATURES: Final = (
+    "uncached_tokens",
+    "prefill_compute_tokens",
+    "prefill_tokens_in_flight",
+    "num_request_waiting",
+    "num_request_running",
+    "running_x_uncached_k",
+    "decode_tokens_in_flight",
+    "kv_cache_percentage",
+    "encoder_uncached_tokens",
+)
+
+TPOT_FEATURES: Final = (
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+    "num_tokens_generated",
+    "pod_type",
+    "context_tokens",
+)
+TPOT_BASE_FEATURES: Final = (
+    "num_request_running",
+    "decode_tokens_in_flight",
+    "kv_cache_percentage",
+    "prefill_tokens_in_flight",
+    "context_tokens",
+)
+
+
+def _rows(cols: Columns) -> int:
+    for name in REQUIRED_FIELDS:
+        if name not in cols:
+            raise ValueError(f"missing feature column {name!r}")
+    return int(np.shape(cols["input_token_length"])[0])
+
+
+def _get(cols: Columns, name: str) -> npt.NDArray[np.float64] | float:
+    """A column as float64, or the scalar 0.0 for an absent optional field (broadcasts)."""
+    value = cols.get(name)
+    if value is None:
+        return 0.0
+    return np.asarray(value, dtype=np.float64)
+
+
+def _matrix(n: int, names: tuple[str, ...], values: Mapping[str, Any]) -> FeatureMatrix:
+    out = np.empty((n, len(names)), dtype=np.float32)
+    for j, name in enumerate(names):
+        out[:, j] = values[name]
+    return out
+
+
+def ttft_features(cols: Columns) -> FeatureMatrix:
+    """``(n, len(TTFT_FEATURES))`` float32 matrix, columns in ``TTFT_FEATURES`` order."""
+    n = _rows(cols)
+    prompt = _get(cols, "input_token_length")
+    prefix = np.clip(_get(cols, "prefix_cache_score"), 0.0, 1.0)
+    uncached = prompt * (1.0 - prefix)
+    cached = prompt - uncached
+    # Each new token attends to every token before it: cached ones plus half the new ones.
+    attention = uncached * (cached + 0.5 * uncached) * 1e-3
+    running = _get(cols, "num_request_running")
+    encoder = np.maximum(_get(cols, "encoder_input_size") - _get(cols, "encoder_matched_size"), 0.0)
+    values = {
+        "kv_cache_percentage": _get(cols, "kv_cache_percentage"),
+        "input_token_length": prompt,
+        "num_request_waiting": _get(cols, "num_request_waiting"),
+        "num_request_running": running,
+        "prefix_cache_score": prefix,
+        "prefill_tokens_in_flight": _get(cols, "prefill_tokens_in_flight"),
+        "decode_tokens_in_flight": _get(cols, "decode_tokens_in_flight"),
+        "pod_type": _get(cols, "pod_type"),
+        "uncached_tokens": uncached,
+        "cached_tokens": cached,
+        "attention_kpairs": attention,
+        "prefill_compute_tokens": uncached + ATTENTION_WEIGHT * attention,
+        # With chunked prefill the prompt is spread over steps that also carry the decode batch.
+        "running_x_uncached_k": running * uncached * 1e-3,
+        "encoder_uncached_tokens": encoder,
+    }
+    return _matrix(n, TTFT_FEATURES, values)
+
+
+def tpot_features(cols: Columns) -> FeatureMatrix:
+    """``(n, len(TPOT_FEATURES))`` float32 matrix, columns in ``TPOT_FEATURES`` order."""
+    n = _rows(cols)
+    prompt = _get(cols, "input_token_length")
+    generated = _get(cols, "num_tokens_generated")
+    values = {
+        "kv_cache_percentage": _get(cols, "kv_cache_percentage"),
+        "input_token_length": prompt,
+        "num_request_waiting": _get(cols, "num_request_waiting"),
+        "num_request_running": _get(cols, "num_request_running"),
+        "prefill_tokens_in_flight": _get(cols, "prefill_tokens_in_flight"),
+        "decode_tokens_in_flight": _get(cols, "decode_tokens_in_flight"),
+        "num_tokens_generated": generated,
+        "pod_type": _get(cols, "pod_type"),
+        # The request's own KV that every decode step reads.
+        "context_tokens": prompt + generated,
+    }
+    return _matrix(n, TPOT_FEATURES, values)
+
+
+def feature_names(target: Target) -> tuple[str, ...]:
+    return TTFT_FEATURES if target == "ttft" else TPOT_FEATURES
+
+
+def base_feature_names(target: Target) -> tuple[str, ...]:
+    return TTFT_BASE_FEATURES if target == "ttft" else TPOT_BASE_FEATURES
+
+
+def feature_matrix(target: Target, cols: Columns) -> FeatureMatrix:
+    return ttft_features(cols) if target == "ttft" else tpot_features(cols)
+
+
+def pod_type_codes(values: Iterable[str | None]) -> npt.NDArray[np.int8]:
+    """Wire ``pod_type`` strings (None counts as "") -> the int codes the models use."""
+    out = []
+    for value in values:
+        key = "" if value is None else str(value)
+        if key not in POD_TYPE_CODES:
+            raise ValueError(f"unknown pod_type {key!r}")
+        out.append(POD_TYPE_CODES[key])
+    return np.asarray(out, dtype=np.int8)

@@ -1,0 +1,79 @@
+"""The models an API process serves, held in memory. No database, no locks on the read path.
+
+A refresh builds a new mapping and swaps the reference in one assignment, so a prediction
+sees either the old models or the new ones, never a mix being built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from backend.predictor.features import Target, feature_matrix
+from backend.predictor.models import LatencyModel
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    version_id: int
+    model: LatencyModel
+    kind: str
+    objective: str
+    quantile: float
+    activated_at: datetime
+    loaded_at: datetime
+
+    def predict(self, target: Target, cols: Mapping[str, npt.NDArray[Any]]) -> npt.NDArray[Any]:
+        return self.model.predict(feature_matrix(target, cols))
+
+
+class ModelStore:
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, Target], ServedModel] = {}
+
+    def get(self, pool: str, target: Target) -> ServedModel | None:
+        return self._models.get((pool, target))
+
+    def snapshot(self) -> dict[tuple[str, Target], ServedModel]:
+        return dict(self._models)
+
+    def replace(self, models: dict[tuple[str, Target], ServedModel]) -> None:
+        self._models = models
+
+    def pools(self) -> set[str]:
+        return {pool for pool, _ in self._models}
+
+
+@dataclass(frozen=True)
+class Predictions:
+    ttft_ms: npt.NDArray[np.float64]
+    tpot_ms: npt.NDArray[np.float64]
+    ttft: ServedModel
+    tpot: ServedModel | None
+
+    @property
+    def last_model_load(self) -> datetime:
+        loads = [self.ttft.loaded_at] + ([self.tpot.loaded_at] if self.tpot else [])
+        return max(loads)
+
+
+class ModelsNotReady(LookupError):
+    pass
+
+
+def predict_both(store: ModelStore, pool: str, cols: Mapping[str, npt.NDArray[Any]]) -> Predictions:
+    """TTFT and TPOT for every row. TTFT is required; without a TPOT model (routing-only pools,
+    which never send TPOT samples) TPOT is 0, which is what upstream's routing-only mode reads."""
+    ttft = store.get(pool, "ttft")
+    if ttft is None:
+        raise ModelsNotReady(pool)
+    tpot = store.get(pool, "tpot")
+    n = int(np.shape(cols["input_token_length"])[0])
+    ttft_ms = np.asarray(ttft.predict("ttft", cols), dtype=np.float64)
+    tpot_ms = np.asarray(tpot.predict("tpot", cols), dtype=np.float64) if tpot else np.zeros(n)
+    return Predictions(ttft_ms, tpot_ms, ttft, tpot)

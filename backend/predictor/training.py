@@ -1,0 +1,88 @@
+"""Train one target's model on a window of samples and score it on the held-out rows. No I/O."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from backend.predictor.evaluation import Metrics, evaluate
+from backend.predictor.features import (
+    Columns,
+    Target,
+    base_feature_names,
+    feature_matrix,
+    feature_names,
+)
+from backend.predictor.models import Kind, LatencyModel, Objective, TrainParams, make_model
+
+__all__ = ["TrainParams", "TrainResult", "train_target"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    target: Target
+    model: LatencyModel
+    metrics: Metrics | None
+    """On the held-out rows; None when there were none."""
+    n_train: int
+    n_test: int
+    n_dropped: int
+    """Rows without a usable label for this target (e.g. TPOT-only samples when training TTFT)."""
+    train_seconds: float
+    """Wall time of the whole call: features, fit and evaluation."""
+
+
+def train_target(
+    target: Target,
+    cols: Columns,
+    y: npt.ArrayLike,
+    is_test: npt.ArrayLike,
+    *,
+    kind: Kind = "hybrid",
+    objective: Objective = "mean",
+    quantile: float = 0.9,
+    params: TrainParams | None = None,
+) -> TrainResult:
+    """Fit ``kind`` for ``target`` on the rows not in ``is_test``; evaluate on those that are.
+
+    A row counts only if its label is finite and > 0: upstream sends a TTFT sample with
+    ``actual_tpot_ms = 0`` and vice versa, so each target sees only its own samples.
+    """
+    started = time.perf_counter()
+    X = feature_matrix(target, cols)
+    labels = np.asarray(y, dtype=np.float64).reshape(-1)
+    held_out = np.asarray(is_test, dtype=bool).reshape(-1)
+    if not labels.shape[0] == held_out.shape[0] == X.shape[0]:
+        raise ValueError(
+            f"{X.shape[0]} feature rows, {labels.shape[0]} labels, {held_out.shape[0]} test flags"
+        )
+    with np.errstate(invalid="ignore"):
+        usable = np.isfinite(labels) & (labels > 0) & np.isfinite(X).all(axis=1)
+    train, test = usable & ~held_out, usable & held_out
+    if not train.any():
+        raise ValueError(f"no usable {target} training rows (labels must be finite and > 0)")
+    model = make_model(
+        kind,
+        feature_names(target),
+        base_features=base_feature_names(target),
+        objective=objective,
+        quantile=quantile,
+        params=params,
+    )
+    model.fit(X[train], labels[train])
+    metrics = None
+    if test.any():
+        scored_quantile = quantile if objective == "quantile" else None
+        metrics = evaluate(labels[test], model.predict(X[test]), quantile=scored_quantile)
+    return TrainResult(
+        target=target,
+        model=model,
+        metrics=metrics,
+        n_train=int(train.sum()),
+        n_test=int(test.sum()),
+        n_dropped=int((~usable).sum()),
+        train_seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, HTTPException, Query
+
+from backend.deps import RuntimeDep, SessionDep
+from backend.predictor.models import HybridModel, load_model
+from backend.registry import service
+from backend.registry.models import ModelVersion
+from backend.registry.schemas import ModelVersionDetail, ModelVersionRead
+from backend.samples.models import Target
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+
+def _read(v: ModelVersion, pool: str) -> dict[str, object]:
+    return {
+        "id": v.id,
+        "pool": pool,
+        "target": Target(v.target).label,
+        "kind": v.kind,
+        "objective": v.objective,
+        "quantile": v.quantile,
+        "status": v.status,
+        "gate_reason": v.gate_reason,
+        "metrics": v.metrics,
+        "n_train": v.n_train,
+        "n_test": v.n_test,
+        "train_seconds": v.train_seconds,
+        "artifact_bytes": v.artifact_bytes,
+        "training_started_at": v.training_started_at,
+        "created_at": v.created_at,
+        "activated_at": v.activated_at,
+    }
+
+
+@router.get("", response_model=list[ModelVersionRead])
+def list_models(
+    runtime: RuntimeDep,
+    session: SessionDep,
+    pool: str | None = Query(None, description="Only this pool's versions."),
+    target: Literal["ttft", "tpot"] | None = Query(None),
+    limit: int = Query(50, ge=1, le=1000),
+) -> list[ModelVersionRead]:
+    """Model versions, newest first, with their held-out metrics and gate decisions."""
+    pool_id = runtime.pools.resolve(session, pool) if pool is not None else None
+    names = service.pool_names(session)
+    versions = service.list_versions(
+        session, pool_id, Target.from_label(target) if target else None, limit
+    )
+    return [ModelVersionRead.model_validate(_read(v, names[v.pool_id])) for v in versions]
+
+
+def _get(session: SessionDep, version_id: int) -> ModelVersion:
+    version = session.get(ModelVersion, version_id)
+    if version is None:
+        raise HTTPException(404, f"model version {version_id} not found")
+    return version
+
+
+@router.get("/{version_id}", response_model=ModelVersionDetail)
+def get_model(version_id: int, session: SessionDep) -> ModelVersionDetail:
+    """One version, with feature importances and (hybrid) the physics base's coefficients."""
+    version = _get(session, version_id)
+    model = load_model(version.artifact)
+    return ModelVersionDetail.model_validate(
+        {
+            **_read(version, service.pool_names(session)[version.pool_id]),
+            "feature_importance": model.feature_importance(),
+            "coefficients": model.coefficients() if isinstance(model, HybridModel) else None,
+        }
+    )
+
+
+@router.post("/{version_id}/activate", response_model=ModelVersionRead)
+def activate_model(version_id: int, runtime: RuntimeDep, session: SessionDep) -> ModelVersionRead:
+    """Serve this version (e.g. roll back to an earlier one); every replica swaps within ~1 s."""
+    version = _get(session, version_id)
+    service.activate(session, version, by="api")
+    session.commit()
+    runtime.notifier.publish(
+        {
+            "pool_id": version.pool_id,
+            "target": Target(version.target).label,
+            "version_id": version_id,
+        }
+    )
+    return ModelVersionRead.model_validate(
+        _read(version, service.pool_names(session)[version.pool_id])
+    )

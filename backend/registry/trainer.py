@@ -1,0 +1,153 @@
+"""The retraining loop: which windows are due, and training one of them end to end.
+
+The same `Trainer` runs inside the API process (embedded mode, a background thread) and inside
+Celery workers (production), with in-process or Redis locks and notifications respectively.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.db import unit_of_work
+from backend.pools.models import Pool
+from backend.predictor.models import TrainParams
+from backend.predictor.training import train_target
+from backend.registry import service
+from backend.registry.locks import Locks
+from backend.registry.notify import Notifier
+from backend.samples.models import Target
+from backend.samples.service import trim_window
+from backend.settings import Settings
+
+log = logging.getLogger("headroom.trainer")
+
+Key = tuple[int, Target]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    pool_id: int
+    target: Target
+    status: str  # activated | rejected | skipped
+    reason: str
+    version_id: int | None = None
+
+
+@dataclass
+class Trainer:
+    sessions: sessionmaker[Session]
+    settings: Settings
+    locks: Locks
+    notifier: Notifier
+    params: TrainParams | None = None
+    # Targets whose active model was already stored when this process first looked: upstream
+    # waits for more samples before replacing a model it loaded at start than a fresh one.
+    _loaded_at_start: set[Key] = field(default_factory=set)
+    _seen: set[Key] = field(default_factory=set)
+
+    def due(self) -> list[Key]:
+        """(pool, target) pairs with samples newer than the newest model trained on them."""
+        out: list[Key] = []
+        with self.sessions() as session:
+            pool_ids = session.scalars(select(Pool.id).order_by(Pool.id)).all()
+            for pool_id in pool_ids:
+                for target in Target:
+                    key = (pool_id, target)
+                    if key not in self._seen:
+                        active = service.active_version(session, pool_id, target)
+                        self._first_look(key, active is not None)
+                    newest = service.window_max_id(session, pool_id, target)
+                    if newest > service.last_trained_max_id(session, pool_id, target):
+                        out.append(key)
+        return out
+
+    def _first_look(self, key: Key, has_active: bool) -> None:
+        if key not in self._seen:
+            self._seen.add(key)
+            if has_active:
+                self._loaded_at_start.add(key)
+
+    def min_samples(self, key: Key) -> int:
+        t = self.settings.training
+        return t.min_samples_loaded if key in self._loaded_at_start else t.min_samples_fresh
+
+    def train(self, pool_id: int, target: Target) -> Outcome:
+        key = (pool_id, target)
+        with self.locks.hold(f"train:{pool_id}:{target.label}") as acquired:
+            if not acquired:
+                return Outcome(pool_id, target, "skipped", "another trainer holds the lock")
+            return self._train_locked(key)
+
+    def _train_locked(self, key: Key) -> Outcome:
+        pool_id, target = key
+        t = self.settings.training
+        started = datetime.now(UTC)
+        with unit_of_work(self.sessions) as session:
+            trim_window(session, pool_id, target, self.settings.window.cap)
+            window = service.read_window(session, pool_id, target)
+            if window.max_id <= service.last_trained_max_id(session, pool_id, target):
+                return Outcome(pool_id, target, "skipped", "no new samples")
+            active = service.active_version(session, pool_id, target)
+            self._first_look(key, active is not None)
+            active_model = (
+                service.load_version_model(session, active.id)
+                if active is not None
+                and (active.kind, active.objective) == (t.model_kind, t.objective)
+                else None
+            )
+        usable = int((window.labels > 0).sum())
+        if usable < self.min_samples(key):
+            return Outcome(
+                pool_id, target, "skipped", f"{usable} samples < {self.min_samples(key)} needed"
+            )
+        # No session is held while fitting: training may take seconds.
+        result = train_target(
+            target.label,
+            window.cols,
+            window.labels,
+            window.is_test,
+            kind=t.model_kind,
+            objective=t.objective,
+            quantile=t.quantile,
+            params=self.params,
+        )
+        decision = service.quality_gate(result, window, target, active_model, t)
+        config = {"kind": t.model_kind, "objective": t.objective, "quantile": t.quantile}
+        with unit_of_work(self.sessions) as session:
+            version = service.store_version(
+                session, pool_id, target, result, window, decision, started, config
+            )
+            version_id = version.id
+        # Published only after the commit, so every listener finds the row it is told about.
+        if decision.activate:
+            self._loaded_at_start.discard(key)
+            self.notifier.publish(
+                {"pool_id": pool_id, "target": target.label, "version_id": version_id}
+            )
+        status = "activated" if decision.activate else "rejected"
+        log.info(
+            "pool %s %s: version %s %s (%s)",
+            pool_id,
+            target.label,
+            version_id,
+            status,
+            decision.reason,
+        )
+        return Outcome(pool_id, target, status, decision.reason, version_id)
+
+    def run_once(self) -> list[Outcome]:
+        """Train every due (pool, target); a failure of one does not stop the others."""
+        outcomes = []
+        for pool_id, target in self.due():
+            try:
+                outcomes.append(self.train(pool_id, target))
+            except Exception:
+                log.exception(
+                    "training pool %s %s failed; the active model stays", pool_id, target.label
+                )
+        return outcomes

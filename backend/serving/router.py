@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Query, Request
+
+from backend.deps import RuntimeDep
+from backend.pools.models import DEFAULT_POOL
+from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
+from backend.serving.schemas import (
+    BulkPredictionRequest,
+    BulkPredictResponse,
+    ModelRef,
+    Prediction,
+    PredictionRequest,
+    PredictResponse,
+)
+from backend.serving.service import openapi_body, parse_body, predict_rows
+
+router = APIRouter(prefix="/v1", tags=["predict"])
+
+PoolQuery = Query(DEFAULT_POOL, description="Pool whose models answer.")
+
+
+def _ref(served: ServedModel | None) -> ModelRef | None:
+    if served is None:
+        return None
+    return ModelRef(
+        version_id=served.version_id,
+        kind=served.kind,
+        objective=served.objective,
+        quantile=served.quantile,
+        activated_at=served.activated_at,
+    )
+
+
+def _predict(runtime: RuntimeDep, pool: str, rows: list[PredictionRequest]) -> Predictions:
+    try:
+        return predict_rows(runtime.store, pool, rows)
+    except ModelsNotReady:
+        raise HTTPException(
+            503, f"no TTFT model is active for pool {pool!r} yet (see GET /v1/models)"
+        ) from None
+
+
+@router.post("/predict", response_model=PredictResponse)
+async def predict(
+    row: PredictionRequest, runtime: RuntimeDep, pool: str = PoolQuery
+) -> PredictResponse:
+    """Predicted TTFT and TPOT (ms) for one request on one pod."""
+    p = _predict(runtime, pool, [row])
+    ttft_ref = _ref(p.ttft)
+    assert ttft_ref is not None
+    return PredictResponse(
+        pool=pool,
+        ttft_ms=float(p.ttft_ms[0]),
+        tpot_ms=float(p.tpot_ms[0]),
+        ttft_model=ttft_ref,
+        tpot_model=_ref(p.tpot),
+    )
+
+
+@router.post(
+    "/predict/bulk",
+    response_model=BulkPredictResponse,
+    openapi_extra=openapi_body(BulkPredictionRequest),
+)
+async def predict_bulk(
+    request: Request, runtime: RuntimeDep, pool: str = PoolQuery
+) -> BulkPredictResponse:
+    """Many rows at once, answers in the same order; all or nothing (a bad row is a 422)."""
+    body = await parse_body(request, BulkPredictionRequest)
+    p = _predict(runtime, pool, body.requests)
+    ttft_ref = _ref(p.ttft)
+    assert ttft_ref is not None
+    return BulkPredictResponse(
+        pool=pool,
+        predictions=[
+            Prediction(ttft_ms=t, tpot_ms=d)
+            for t, d in zip(p.ttft_ms.tolist(), p.tpot_ms.tolist(), strict=True)
+        ],
+        ttft_model=ttft_ref,
+        tpot_model=_ref(p.tpot),
+    )

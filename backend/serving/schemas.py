@@ -1,0 +1,75 @@
+"""Prediction shapes: our `/v1` API and upstream's prediction server (same row fields)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field
+
+from backend.samples.schemas import MAX_BULK_ROWS, POD_TYPE_CODES, Features
+
+PredictionRequest = Features
+
+# Wire fields handed to the feature builders, as float64 columns.
+_NUMERIC_FIELDS = (
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+    "num_tokens_generated",
+    "prefix_cache_score",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+    "encoder_input_size",
+    "encoder_matched_size",
+)
+
+
+def columns(rows: list[Features]) -> dict[str, npt.NDArray[Any]]:
+    """Rows -> columnar arrays (what the models take); pod_type as its integer code."""
+    n = len(rows)
+    cols: dict[str, npt.NDArray[Any]] = {
+        name: np.fromiter((getattr(r, name) for r in rows), dtype=np.float64, count=n)
+        for name in _NUMERIC_FIELDS
+    }
+    cols["pod_type"] = np.fromiter(
+        (POD_TYPE_CODES[r.pod_type or ""] for r in rows), dtype=np.float64, count=n
+    )
+    return cols
+
+
+class BulkPredictionRequest(BaseModel):
+    """Upstream's body: `{"requests": [...]}` with 1..10,000 rows."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    requests: list[PredictionRequest] = Field(min_length=1, max_length=MAX_BULK_ROWS)
+
+
+class ModelRef(BaseModel):
+    version_id: int
+    kind: str
+    objective: str
+    quantile: float
+    activated_at: datetime
+
+
+class Prediction(BaseModel):
+    ttft_ms: float
+    tpot_ms: float
+
+
+class PredictResponse(Prediction):
+    pool: str
+    ttft_model: ModelRef
+    tpot_model: ModelRef | None
+
+
+class BulkPredictResponse(BaseModel):
+    pool: str
+    predictions: list[Prediction]
+    ttft_model: ModelRef
+    tpot_model: ModelRef | None

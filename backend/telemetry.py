@@ -1,0 +1,142 @@
+"""Prometheus metrics, via prometheus-client, one registry per app instance.
+
+`GET /metrics` exposes our own series and, for the `default` pool, the series upstream's
+training server prints (`model_type{type="xgboost"} 1`, importances, bucket counts, recent
+retrain errors), so dashboards built for llm-d keep working. `/pools/{pool}/metrics` carries
+the upstream series of that pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.predictor.serving import ModelStore
+from backend.registry.models import ModelVersion
+from backend.samples.models import Target
+from backend.samples.service import bucket_counts
+from backend.samples.window import WindowSpec
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass
+class Telemetry:
+    registry: CollectorRegistry = field(
+        default_factory=lambda: CollectorRegistry(auto_describe=True)
+    )
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.samples = Counter(
+            "headroom_samples_ingested", "Samples added to windows.", ["pool", "target"], registry=r
+        )
+        self.predicted_rows = Counter(
+            "headroom_predicted_rows", "Rows predicted.", ["pool", "route"], registry=r
+        )
+        self.predict_seconds = Histogram(
+            "headroom_predict_seconds",
+            "Server-side time of a prediction call.",
+            ["route"],
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1),
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class UpstreamCollector(Collector):
+    """Upstream training-server series for one pool, computed at scrape time (not hot path)."""
+
+    def __init__(
+        self,
+        pool: str,
+        store: ModelStore,
+        sessions: sessionmaker[Session],
+        spec: WindowSpec,
+        pool_id: int,
+    ) -> None:
+        self.pool, self.store, self.sessions, self.spec, self.pool_id = (
+            pool,
+            store,
+            sessions,
+            spec,
+            pool_id,
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        ttft = self.store.get(self.pool, "ttft")
+        objective = ttft.objective if ttft else "mean"
+        quantile = ttft.quantile if ttft else 0.9
+        yield _gauge("model_type", "Model type.", {"type": "xgboost"}, 1)
+        yield _gauge("objective_type", "Objective.", {"type": objective}, 1)
+        yield _gauge("model_quantile", "Quantile of the quantile objective.", {}, quantile)
+        yield _gauge("ensemble_active", "Upstream's queue-gated ensemble (not used).", {}, 0)
+        yield _gauge("ensemble_mode", "Upstream's queue-gated ensemble (not used).", {}, 0)
+        for target in Target:
+            served = self.store.get(self.pool, target.label)
+            if served is None:
+                continue
+            family = GaugeMetricFamily(
+                f"{target.label}_importance", "Share of split gain.", labels=["feature"]
+            )
+            for name, value in served.model.feature_importance().items():
+                family.add_metric([name], value)
+            yield family
+        with self.sessions() as session:
+            yield from self._windows(session)
+            yield from self._recent(session)
+
+    def _windows(self, session: Session) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "training_samples_count",
+            "Samples per window bucket.",
+            labels=["model", "queue_bucket", "cache_bucket", "prefix_bucket"],
+        )
+        totals: dict[tuple[int, int], int] = {}
+        for (target, bucket, _), n in bucket_counts(session, self.pool_id).items():
+            totals[(target, bucket)] = totals.get((target, bucket), 0) + n
+        for (target, bucket), n in sorted(totals.items()):
+            k, p, q = self.spec.split(bucket)
+            family.add_metric([Target(target).label, str(q), str(k), str(p)], n)
+        yield family
+
+    def _recent(self, session: Session) -> Iterator[Metric]:
+        for target in Target:
+            versions = session.scalars(
+                select(ModelVersion)
+                .where(ModelVersion.pool_id == self.pool_id, ModelVersion.target == int(target))
+                .order_by(ModelVersion.id.desc())
+                .limit(5)
+            ).all()
+            mae = GaugeMetricFamily(
+                f"{target.label}_mae", "MAE of recent retrains.", labels=["idx"]
+            )
+            mape = GaugeMetricFamily(
+                f"{target.label}_mape", "MAPE of recent retrains.", labels=["idx"]
+            )
+            for idx, v in enumerate(versions):
+                if v.metrics:
+                    mae.add_metric([str(idx)], v.metrics["mae"])
+                    mape.add_metric([str(idx)], v.metrics["mape"])
+            yield mae
+            yield mape
+
+
+def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=list(labels))
+    family.add_metric(list(labels.values()), value)
+    return family
+
+
+def render_upstream(collector: UpstreamCollector) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry)

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backend.predictor.features import (
+    ATTENTION_WEIGHT,
+    TPOT_BASE_FEATURES,
+    TPOT_FEATURES,
+    TTFT_BASE_FEATURES,
+    TTFT_FEATURES,
+    feature_matrix,
+    feature_names,
+    pod_type_codes,
+    tpot_features,
+    ttft_features,
+)
+
+
+def _cols(**overrides: list[float]) -> dict[str, np.ndarray]:
+    cols = {
+        "kv_cache_percentage": [0.5, 0.1],
+        "input_token_length": [1000, 200],
+        "num_request_waiting": [2, 0],
+        "num_request_running": [8, 1],
+        "prefix_cache_score": [0.25, 0.0],
+        "prefill_tokens_in_flight": [3000, 0],
+        "decode_tokens_in_flight": [9000, 100],
+        "num_tokens_generated": [5, 50],
+        "pod_type": [2, 0],
+    }
+    cols.update(overrides)
+    return {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
+
+
+def _column(X: np.ndarray, names: tuple[str, ...], name: str) -> np.ndarray:
+    return X[:, names.index(name)]
+
+
+def test_ttft_matrix_shape_dtype_and_derived_columns() -> None:
+    X = ttft_features(_cols())
+    assert X.dtype == np.float32
+    assert X.shape == (2, len(TTFT_FEATURES))
+    uncached = _column(X, TTFT_FEATURES, "uncached_tokens")
+    np.testing.assert_allclose(uncached, [750, 200])
+    np.testing.assert_allclose(_column(X, TTFT_FEATURES, "cached_tokens"), [250, 0])
+    # 750 new tokens attend to 250 cached ones plus, on average, half of themselves.
+    np.testing.assert_allclose(
+        _column(X, TTFT_FEATURES, "attention_kpairs"), [750 * 625 / 1000, 200 * 100 / 1000]
+    )
+    np.testing.assert_allclose(
+        _column(X, TTFT_FEATURES, "prefill_compute_tokens"),
+        [750 + ATTENTION_WEIGHT * 468.75, 200 + ATTENTION_WEIGHT * 20],
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(_column(X, TTFT_FEATURES, "running_x_uncached_k"), [6.0, 0.2])
+
+
+def test_tpot_matrix_context_tokens() -> None:
+    X = tpot_features(_cols())
+    assert X.shape == (2, len(TPOT_FEATURES))
+    np.testing.assert_allclose(_column(X, TPOT_FEATURES, "context_tokens"), [1005, 250])
+
+
+def test_optional_fields_default_to_zero_and_required_ones_are_named() -> None:
+    cols = _cols()
+    for name in ("prefix_cache_score", "prefill_tokens_in_flight", "pod_type"):
+        del cols[name]
+    X = ttft_features(cols)
+    assert np.all(_column(X, TTFT_FEATURES, "prefill_tokens_in_flight") == 0)
+    np.testing.assert_allclose(_column(X, TTFT_FEATURES, "uncached_tokens"), [1000, 200])
+    del cols["num_request_running"]
+    with pytest.raises(ValueError, match="num_request_running"):
+        tpot_features(cols)
+
+
+def test_encoder_tokens_not_matched_count_as_uncached() -> None:
+    X = ttft_features(_cols(encoder_input_size=[500, 10], encoder_matched_size=[100, 50]))
+    np.testing.assert_allclose(_column(X, TTFT_FEATURES, "encoder_uncached_tokens"), [400, 0])
+
+
+def test_base_features_are_model_features() -> None:
+    assert set(TTFT_BASE_FEATURES) <= set(TTFT_FEATURES)
+    assert set(TPOT_BASE_FEATURES) <= set(TPOT_FEATURES)
+    assert feature_names("ttft") == TTFT_FEATURES
+    assert feature_matrix("tpot", _cols()).shape[1] == len(TPOT_FEATURES)
+
+
+def test_pod_type_codes() -> None:
+    assert pod_type_codes(["", "prefill", "decode", None]).tolist() == [0, 1, 2, 0]
+    with pytest.raises(ValueError, match="encode"):
+        pod_type_codes(["encode"])
