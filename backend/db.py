@@ -82,6 +82,8 @@ def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
 
 def load_all_models() -> None:
     """Import every domain's tables so that Base.metadata knows them (Alembic, tests)."""
+    from backend.auth import models as _auth  # noqa: F401
+    from backend.policies import models as _policies  # noqa: F401
     from backend.pools import models as _pools  # noqa: F401
     from backend.registry import models as _registry  # noqa: F401
     from backend.samples import models as _samples  # noqa: F401

@@ -86,6 +86,16 @@ class ServingSettings(BaseModel):
     )
 
 
+class AuthSettings(BaseModel):
+    """Who may call the API."""
+
+    required: bool = Field(
+        False,
+        description="Require a bearer token on the control plane. Off suits a single-user local "
+        "install; production should turn it on (see README).",
+    )
+
+
 class IngestSettings(BaseModel):
     """Limits on the data-plane ingestion endpoints."""
 
@@ -125,6 +135,7 @@ class Settings(BaseSettings):
     ingest: IngestSettings = Field(default_factory=IngestSettings)
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     serving: ServingSettings = Field(default_factory=ServingSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
 
     @property
     def is_sqlite(self) -> bool:

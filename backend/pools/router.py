@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
+from backend.auth.deps import EditorDep
 from backend.deps import SessionDep
+from backend.policies.schemas import PolicySpec
+from backend.policies.service import create_policy
 from backend.pools import service
 from backend.pools.schemas import PoolCreate, PoolRead
 
@@ -16,9 +19,11 @@ def list_pools(session: SessionDep) -> list[PoolRead]:
 
 
 @router.post("", response_model=PoolRead, status_code=status.HTTP_201_CREATED)
-def create_pool(data: PoolCreate, session: SessionDep) -> PoolRead:
-    """Create a pool; its data-plane paths are `/pools/{name}/...`."""
+def create_pool(data: PoolCreate, session: SessionDep, actor: EditorDep) -> PoolRead:
+    """Create a pool, with a policy of upstream's defaults; its data-plane paths are
+    `/pools/{name}/...`."""
     pool = service.create_pool(session, data)
+    create_policy(session, pool.id, PolicySpec(), actor.name)
     session.commit()
     return PoolRead.model_validate(pool)
 

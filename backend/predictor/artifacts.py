@@ -4,8 +4,9 @@ An artifact is ``MAGIC``, a 4-byte big-endian header length, a UTF-8 JSON header
 (XGBoost's own UBJ or JSON model, or nothing). Nothing is ever pickled, so loading an artifact
 cannot execute code.
 
-XGBoost's own predict costs about 60 us per call before it looks at a single tree (it rereads
-the cgroup CPU quota on every call), which alone would eat the hot-path budget for two targets.
+XGBoost's own ``inplace_predict`` costs about 200 us per call even for a single tree (about 60 us
+of it inside the library, which rereads the cgroup CPU quota on every call): for two targets that
+alone would eat the hot-path budget.
 ``CompiledTrees`` flattens a booster into numpy arrays once, at fit or load time, and evaluates
 all trees together with a handful of vectorised numpy operations.
 """

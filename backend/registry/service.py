@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.pools.models import Pool
@@ -39,10 +39,7 @@ _WINDOW_FEATURES = (
     "encoder_input_size",
     "encoder_matched_size",
 )
-_WINDOW_SQL = text(
-    f"SELECT {', '.join(_WINDOW_FEATURES)}, latency_ms, is_test, id FROM samples "
-    "WHERE pool_id = :pool_id AND target = :target"
-)
+_WINDOW_SELECT = f"SELECT {', '.join(_WINDOW_FEATURES)}, latency_ms, is_test, id FROM samples"
 
 assert POD_TYPE_NAMES[0] == ""  # pod_type is stored as its code, which is what features expect
 
@@ -60,9 +57,20 @@ class Window:
 
 
 def read_window(session: Session, pool_id: int, target: Target) -> Window:
-    """Every row of a (pool, target) window as columns (call after trimming)."""
-    cursor = session.connection().execute(_WINDOW_SQL, {"pool_id": pool_id, "target": int(target)})
-    rows = cursor.fetchall()
+    """Every row of a (pool, target) window as columns (call after trimming).
+
+    Read through the raw DB-API cursor: plain tuples straight into numpy are several times
+    faster than building SQLAlchemy rows for 100,000 samples. The two ids are ints we own, so
+    formatting them into the statement is safe (and sidesteps the drivers' paramstyles).
+    """
+    cursor = session.connection().connection.cursor()
+    try:
+        cursor.execute(
+            f"{_WINDOW_SELECT} WHERE pool_id = {int(pool_id)} AND target = {int(target)}"
+        )
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
     width = len(_WINDOW_FEATURES) + 3
     data = np.array(rows, dtype=np.float64).reshape(len(rows), width)
     cols = {name: data[:, i] for i, name in enumerate(_WINDOW_FEATURES)}

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.predictor.features import Target
+from backend.predictor.features import Target, feature_names
 from backend.predictor.models import load_model
 from backend.predictor.serving import ModelStore, ServedModel
 from backend.registry import service
@@ -36,6 +36,11 @@ class StoreSync:
                 served = current.get(key)
                 if served is None or served.version_id != ref.version_id:
                     model = load_model(service.load_artifact(session, ref.version_id))
+                    if model.feature_names != feature_names(ref.target.label):
+                        # Trained before a feature change: unusable until the next retrain,
+                        # which the gate lets through because it cannot compare the two.
+                        log.error("version %s has an outdated feature set", ref.version_id)
+                        continue
                     served = ServedModel(
                         version_id=ref.version_id,
                         model=model,

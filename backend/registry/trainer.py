@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db import unit_of_work
 from backend.pools.models import Pool
+from backend.predictor.features import feature_names
 from backend.predictor.models import TrainParams
 from backend.predictor.training import train_target
 from backend.registry import service
@@ -100,6 +101,10 @@ class Trainer:
                 and (active.kind, active.objective) == (t.model_kind, t.objective)
                 else None
             )
+        # A model of another kind, objective or feature set cannot be scored like for like:
+        # the gate then treats the target as having no comparable model.
+        if active_model is not None and active_model.feature_names != feature_names(target.label):
+            active_model = None
         usable = int((window.labels > 0).sum())
         if usable < self.min_samples(key):
             return Outcome(

@@ -4,16 +4,30 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, select, text
 
 from backend import migrate
 from backend.app import create_app
-from backend.db import make_engine, make_sessionmaker
+from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.policies.schemas import PolicySpec
+from backend.policies.service import create_policy
+from backend.pools.models import Pool
+from backend.pools.service import ensure_default_pool
 from backend.settings import Settings
 from tests.conftest import db_url_for_tests, redis_url_for_tests
 from tests.pg import recreate_database
 
-TABLES = ("samples", "pools")
+TABLES = (
+    "policy_versions",
+    "policies",
+    "objectives",
+    "active_models",
+    "model_versions",
+    "samples",
+    "api_tokens",
+    "users",
+    "pools",
+)
 
 
 @pytest.fixture(scope="session")
@@ -40,12 +54,13 @@ def clean_database(engine: Engine) -> None:
     """Each test starts from the migrated state: empty tables and the default pool."""
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
-        conn.execute(
-            text(
-                "INSERT INTO pools (name, description) "
-                "VALUES ('default', 'The pool served at the root paths.')"
-            )
-        )
+    # The migrated state: the default pool and its default policy, made by the same code.
+    with unit_of_work(make_sessionmaker(engine)) as session:
+        ensure_default_pool(session)
+        session.flush()
+        pool_id = session.scalar(select(Pool.id).where(Pool.name == "default"))
+        assert pool_id is not None
+        create_policy(session, pool_id, PolicySpec(), "system")
 
 
 @pytest.fixture

@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Query, Response, status
+from pydantic import BaseModel, Field
+
+from backend.auth.deps import ActorDep, EditorDep
+from backend.deps import RuntimeDep, SessionDep
+from backend.policies import service
+from backend.policies.models import Objective, Policy
+from backend.policies.schemas import (
+    ObjectiveCreate,
+    ObjectiveRead,
+    ObjectiveUpdate,
+    PolicyChange,
+    PolicyCreate,
+    PolicyRead,
+    PolicySpec,
+    PolicyUpdate,
+)
+from backend.registry.service import pool_names
+
+router = APIRouter(tags=["policies"])
+
+
+def _read(policy: Policy, names: dict[int, str]) -> PolicyRead:
+    return PolicyRead(
+        id=policy.id,
+        pool=names[policy.pool_id],
+        version=policy.version,
+        spec=PolicySpec.model_validate(policy.spec),
+        updated_at=policy.updated_at,
+        updated_by=policy.updated_by,
+    )
+
+
+def _policy(session: SessionDep, policy_id: int) -> Policy:
+    try:
+        return service.get_policy(session, policy_id)
+    except service.NotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+@router.get("/v1/policies", response_model=list[PolicyRead])
+def list_policies(session: SessionDep, _: ActorDep) -> list[PolicyRead]:
+    """Every pool's policy."""
+    names = pool_names(session)
+    return [_read(p, names) for p in service.list_policies(session)]
+
+
+@router.post("/v1/policies", response_model=PolicyRead, status_code=status.HTTP_201_CREATED)
+def create_policy(
+    body: PolicyCreate, runtime: RuntimeDep, session: SessionDep, actor: EditorDep
+) -> PolicyRead:
+    """Give a pool its policy; fields left out take upstream's defaults."""
+    pool_id = runtime.pools.resolve(session, body.pool)
+    spec = PolicySpec.model_validate(body.model_dump(exclude={"pool"}))
+    try:
+        policy = service.create_policy(session, pool_id, spec, actor.name)
+    except service.Conflict as exc:
+        raise HTTPException(409, str(exc)) from None
+    session.commit()
+    return _read(policy, pool_names(session))
+
+
+@router.get("/v1/policies/{policy_id}", response_model=PolicyRead)
+def get_policy(policy_id: int, session: SessionDep, _: ActorDep) -> PolicyRead:
+    return _read(_policy(session, policy_id), pool_names(session))
+
+
+@router.put("/v1/policies/{policy_id}", response_model=PolicyRead)
+def update_policy(
+    policy_id: int, body: PolicyUpdate, session: SessionDep, actor: EditorDep
+) -> PolicyRead:
+    """Change the fields given (the rest stay); a change makes a new version in the history.
+
+    Send `null` for an SLO default to remove it.
+    """
+    policy = _policy(session, policy_id)
+    service.update_policy(session, policy, body.model_dump(exclude_unset=True), actor)
+    session.commit()
+    return _read(policy, pool_names(session))
+
+
+@router.get("/v1/policies/{policy_id}/history", response_model=list[PolicyChange])
+def policy_history(policy_id: int, session: SessionDep, _: ActorDep) -> list[PolicyChange]:
+    """Every version, newest first: who, when, and each changed field's old and new value."""
+    policy = _policy(session, policy_id)
+    return [
+        PolicyChange(
+            version=v.version,
+            action=v.action,
+            changed_at=v.changed_at,
+            changed_by=v.changed_by,
+            changes={k: (old, new) for k, (old, new) in v.changes.items()},
+            spec=PolicySpec.model_validate(v.spec),
+        )
+        for v in service.history(session, policy)
+    ]
+
+
+class RestoreRequest(BaseModel):
+    version: int = Field(ge=1, description="The version to make current again.")
+
+
+@router.post("/v1/policies/{policy_id}/restore", response_model=PolicyRead)
+def restore_policy(
+    policy_id: int, body: RestoreRequest, session: SessionDep, actor: EditorDep
+) -> PolicyRead:
+    """Make an earlier version current again; recorded as a new version."""
+    policy = _policy(session, policy_id)
+    try:
+        service.restore(session, policy, body.version, actor)
+    except service.NotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    session.commit()
+    return _read(policy, pool_names(session))
+
+
+def _objective_read(o: Objective, names: dict[int, str]) -> ObjectiveRead:
+    return ObjectiveRead(
+        id=o.id,
+        pool=names[o.pool_id],
+        name=o.name,
+        priority=o.priority,
+        sheddable=o.priority < 0,
+        description=o.description,
+        updated_at=o.updated_at,
+        updated_by=o.updated_by,
+    )
+
+
+@router.get("/v1/objectives", response_model=list[ObjectiveRead], tags=["objectives"])
+def list_objectives(
+    runtime: RuntimeDep, session: SessionDep, _: ActorDep, pool: str | None = Query(None)
+) -> list[ObjectiveRead]:
+    """InferenceObjectives, most critical first."""
+    pool_id = runtime.pools.resolve(session, pool) if pool else None
+    names = pool_names(session)
+    return [_objective_read(o, names) for o in service.list_objectives(session, pool_id)]
+
+
+@router.post(
+    "/v1/objectives",
+    response_model=ObjectiveRead,
+    status_code=status.HTTP_201_CREATED,
+    tags=["objectives"],
+)
+def create_objective(
+    body: ObjectiveCreate, runtime: RuntimeDep, session: SessionDep, actor: EditorDep
+) -> ObjectiveRead:
+    pool_id = runtime.pools.resolve(session, body.pool)
+    try:
+        objective = service.create_objective(session, pool_id, body, actor)
+    except service.Conflict as exc:
+        raise HTTPException(409, str(exc)) from None
+    session.commit()
+    return _objective_read(objective, pool_names(session))
+
+
+def _objective(session: SessionDep, objective_id: int) -> Objective:
+    try:
+        return service.get_objective(session, objective_id)
+    except service.NotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+@router.get("/v1/objectives/{objective_id}", response_model=ObjectiveRead, tags=["objectives"])
+def get_objective(objective_id: int, session: SessionDep, _: ActorDep) -> ObjectiveRead:
+    return _objective_read(_objective(session, objective_id), pool_names(session))
+
+
+@router.put("/v1/objectives/{objective_id}", response_model=ObjectiveRead, tags=["objectives"])
+def update_objective(
+    objective_id: int, body: ObjectiveUpdate, session: SessionDep, actor: EditorDep
+) -> ObjectiveRead:
+    objective = service.update_objective(session, _objective(session, objective_id), body, actor)
+    session.commit()
+    return _objective_read(objective, pool_names(session))
+
+
+@router.delete("/v1/objectives/{objective_id}", status_code=204, tags=["objectives"])
+def delete_objective(objective_id: int, session: SessionDep, _: EditorDep) -> Response:
+    session.delete(_objective(session, objective_id))
+    session.commit()
+    return Response(status_code=204)
