@@ -17,9 +17,11 @@ from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.deps import Runtime
 from backend.errors import BodySizeLimit, install_error_handlers
 from backend.health import router as health_router
+from backend.policies.router import router as policies_router
 from backend.pools.router import router as pools_router
 from backend.pools.service import ensure_default_pool
 from backend.registry.router import router as registry_router
+from backend.routing.router import router as routing_router
 from backend.samples.router import router as samples_router
 from backend.serving.router import router as serving_router
 from backend.settings import Settings, get_settings
@@ -61,6 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         samples_router,
         serving_router,
         registry_router,
+        policies_router,
+        routing_router,
         compat_training_router,
         compat_root_router,
         compat_pool_router,

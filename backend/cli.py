@@ -58,6 +58,56 @@ def beat(loglevel: str = typer.Option("info", help="Celery log level.")) -> None
     create_celery(get_settings()).start(["beat", f"--loglevel={loglevel}"])
 
 
+user_app = typer.Typer(help="Users and API tokens.", no_args_is_help=True)
+app.add_typer(user_app, name="user")
+
+
+@user_app.command("create")
+def user_create(
+    username: str,
+    role: str = typer.Option("admin", help="viewer, editor or admin."),
+    password: str = typer.Option(
+        ..., prompt=True, hide_input=True, confirmation_prompt=True, help="At least 8 characters."
+    ),
+) -> None:
+    """Create a user (the first one is usually an admin)."""
+    from backend.auth.service import UserExists, create_user
+    from backend.db import make_engine, make_sessionmaker, unit_of_work
+
+    sessions = make_sessionmaker(make_engine(get_settings().database_url))
+    try:
+        with unit_of_work(sessions) as session:
+            create_user(session, username, password, role)  # type: ignore[arg-type]
+    except (UserExists, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    console.print(f"user {username} ({role}) created")
+
+
+@user_app.command("token")
+def user_token(
+    username: str,
+    name: str = typer.Option("cli", help="A label to recognise the token by."),
+    scopes: str = typer.Option("admin", help="Comma-separated: ingest, predict, admin."),
+) -> None:
+    """Create an API token for USERNAME; it is printed once and stored only as a hash."""
+    from sqlalchemy import select
+
+    from backend.auth.models import User
+    from backend.auth.service import create_token
+    from backend.db import make_engine, make_sessionmaker, unit_of_work
+
+    sessions = make_sessionmaker(make_engine(get_settings().database_url))
+    with unit_of_work(sessions) as session:
+        user = session.scalar(select(User).where(User.username == username))
+        if user is None:
+            raise typer.BadParameter(f"no user {username!r}")
+        try:
+            _, clear = create_token(session, user, name, scopes.split(","))
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    typer.echo(clear)
+
+
 @db_app.command("upgrade")
 def db_upgrade(revision: str = typer.Argument("head")) -> None:
     """Apply migrations up to REVISION (default: the newest)."""

@@ -15,6 +15,7 @@ from backend.pools.service import PoolCache
 from backend.predictor.serving import ModelStore
 from backend.registry.notify import LocalNotifier, Notifier, RedisNotifier
 from backend.registry.sync import StoreSync
+from backend.routing.service import PolicyCache
 from backend.samples.window import WindowSpec
 from backend.settings import Settings
 from backend.telemetry import Telemetry
@@ -34,9 +35,11 @@ class Runtime:
     # Derived at start-up: bound to this runtime's sessions, store and mode.
     sync: StoreSync = field(init=False)
     notifier: Notifier = field(init=False)
+    policy_cache: PolicyCache = field(init=False)
 
     def __post_init__(self) -> None:
         self.sync = StoreSync(self.sessions, self.store)
+        self.policy_cache = PolicyCache(self.sessions)
         if self.settings.redis_url is not None:
             self.notifier = RedisNotifier(self.settings.redis_url)
         else:

@@ -43,6 +43,8 @@ def scores(predicted: np.ndarray, true: np.ndarray) -> dict[str, float]:
         "mape": round(float(np.mean(np.abs(relative))), 4),
         "median_bias": round(float(np.median(relative)), 4),
         "p90_ape": round(float(np.percentile(np.abs(relative), 90)), 4),
+        # The SLO-breaking failure: predicting far less latency than the request will see.
+        "share_under_by_20pct": round(float(np.mean(relative < -0.2)), 4),
         "max_predicted_ms": round(float(predicted.max()), 1),
         "true_median_ms": round(float(np.median(true)), 1),
     }

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from typing import Any
+
+from fastapi import APIRouter, Body, HTTPException, Query, Response, status
 from pydantic import BaseModel, Field
 
 from backend.auth.deps import ActorDep, EditorDep
 from backend.deps import RuntimeDep, SessionDep
+from backend.errors import validate_body
 from backend.policies import service
+from backend.policies.mapping import to_scheduling
 from backend.policies.models import Objective, Policy
 from backend.policies.schemas import (
     ObjectiveCreate,
@@ -18,6 +22,8 @@ from backend.policies.schemas import (
     PolicyUpdate,
 )
 from backend.registry.service import pool_names
+from backend.scheduling.epp_config import epp_config_yaml, headroom_only
+from backend.serving.service import openapi_body
 
 router = APIRouter(tags=["policies"])
 
@@ -59,6 +65,7 @@ def create_policy(
     except service.Conflict as exc:
         raise HTTPException(409, str(exc)) from None
     session.commit()
+    runtime.policy_cache.invalidate()
     return _read(policy, pool_names(session))
 
 
@@ -67,17 +74,27 @@ def get_policy(policy_id: int, session: SessionDep, _: ActorDep) -> PolicyRead:
     return _read(_policy(session, policy_id), pool_names(session))
 
 
-@router.put("/v1/policies/{policy_id}", response_model=PolicyRead)
+@router.put(
+    "/v1/policies/{policy_id}",
+    response_model=PolicyRead,
+    openapi_extra=openapi_body(PolicyUpdate),
+)
 def update_policy(
-    policy_id: int, body: PolicyUpdate, session: SessionDep, actor: EditorDep
+    policy_id: int,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: EditorDep,
+    body: dict[str, Any] = Body(),
 ) -> PolicyRead:
     """Change the fields given (the rest stay); a change makes a new version in the history.
 
     Send `null` for an SLO default to remove it.
     """
+    fields = validate_body(PolicyUpdate, body).model_dump(exclude_unset=True)
     policy = _policy(session, policy_id)
-    service.update_policy(session, policy, body.model_dump(exclude_unset=True), actor)
+    service.update_policy(session, policy, fields, actor)
     session.commit()
+    runtime.policy_cache.invalidate()
     return _read(policy, pool_names(session))
 
 
@@ -104,7 +121,7 @@ class RestoreRequest(BaseModel):
 
 @router.post("/v1/policies/{policy_id}/restore", response_model=PolicyRead)
 def restore_policy(
-    policy_id: int, body: RestoreRequest, session: SessionDep, actor: EditorDep
+    policy_id: int, body: RestoreRequest, runtime: RuntimeDep, session: SessionDep, actor: EditorDep
 ) -> PolicyRead:
     """Make an earlier version current again; recorded as a new version."""
     policy = _policy(session, policy_id)
@@ -113,6 +130,7 @@ def restore_policy(
     except service.NotFound as exc:
         raise HTTPException(404, str(exc)) from None
     session.commit()
+    runtime.policy_cache.invalidate()
     return _read(policy, pool_names(session))
 
 
@@ -154,6 +172,7 @@ def create_objective(
     except service.Conflict as exc:
         raise HTTPException(409, str(exc)) from None
     session.commit()
+    runtime.policy_cache.invalidate()
     return _objective_read(objective, pool_names(session))
 
 
@@ -171,15 +190,46 @@ def get_objective(objective_id: int, session: SessionDep, _: ActorDep) -> Object
 
 @router.put("/v1/objectives/{objective_id}", response_model=ObjectiveRead, tags=["objectives"])
 def update_objective(
-    objective_id: int, body: ObjectiveUpdate, session: SessionDep, actor: EditorDep
+    objective_id: int,
+    body: ObjectiveUpdate,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: EditorDep,
 ) -> ObjectiveRead:
     objective = service.update_objective(session, _objective(session, objective_id), body, actor)
     session.commit()
+    runtime.policy_cache.invalidate()
     return _objective_read(objective, pool_names(session))
 
 
 @router.delete("/v1/objectives/{objective_id}", status_code=204, tags=["objectives"])
-def delete_objective(objective_id: int, session: SessionDep, _: EditorDep) -> Response:
+def delete_objective(
+    objective_id: int, runtime: RuntimeDep, session: SessionDep, _: EditorDep
+) -> Response:
     session.delete(_objective(session, objective_id))
     session.commit()
+    runtime.policy_cache.invalidate()
     return Response(status_code=204)
+
+
+@router.get("/v1/policies/{policy_id}/epp-config", response_class=Response)
+def epp_config(policy_id: int, session: SessionDep, _: ActorDep) -> Response:
+    """The llm-d router's EndpointPickerConfig (YAML) for this policy, ready to apply."""
+    policy = _policy(session, policy_id)
+    scheduling = to_scheduling(PolicySpec.model_validate(policy.spec))
+    pool = pool_names(session)[policy.pool_id]
+    extras = headroom_only(scheduling)
+    lines = [
+        f"# EndpointPickerConfig for pool {pool!r}, policy version {policy.version}.",
+        f"# Exported by Headroom; last changed by {policy.updated_by} at "
+        f"{policy.updated_at.isoformat()}.",
+        "# Options only Headroom's /v1/schedule applies (no upstream plugin implements them):",
+        *(f"#   {key}: {value}" for key, value in extras.items()),
+    ]
+    body = "\n".join(lines) + "\n" + epp_config_yaml(scheduling)
+    filename = f"epp-config-{pool}-v{policy.version}.yaml"
+    return Response(
+        body,
+        media_type="application/yaml",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from backend.pools.schemas import POOL_NAME_PATTERN
 
@@ -59,34 +59,47 @@ class PolicySpec(BaseModel):
     pd_selection: Literal["greedy", "joint"] = Field(
         "greedy", description="P/D: greedy (upstream, D then P) or joint (pair incl. KV transfer)."
     )
+    expected_output_tokens: int = Field(
+        256, ge=1, le=1_000_000, description="Joint P/D: decode cost = tokens x predicted TPOT."
+    )
+    kv_bytes_per_token: int = Field(
+        131072, ge=1, description="KV-cache bytes per token of the model (Llama-3-8B: 131072)."
+    )
+    transfer_same_host_gbps: float = Field(50.0, gt=0, description="KV transfer, same host.")
+    transfer_same_rack_gbps: float = Field(25.0, gt=0, description="KV transfer, same rack.")
+    transfer_same_zone_gbps: float = Field(6.0, gt=0, description="KV transfer, same zone.")
+    transfer_same_region_gbps: float = Field(2.0, gt=0, description="KV transfer, same region.")
+    transfer_cross_region_gbps: float = Field(0.5, gt=0, description="KV transfer, cross region.")
 
 
 class PolicyCreate(PolicySpec):
     pool: str = Field(pattern=POOL_NAME_PATTERN, description="Pool the policy governs (one each).")
 
 
-class PolicyUpdate(BaseModel):
-    """Only the fields given change; the rest keep their current values."""
+def _all_optional(model: type[BaseModel], name: str, doc: str) -> type[BaseModel]:
+    """The same fields, each optional with no default: a partial update validates like the
+    whole, and no field list is written twice."""
+    fields: dict[str, Any] = {
+        key: (Optional[info.annotation], Field(None, **_constraints(info)))  # noqa: UP045
+        for key, info in model.model_fields.items()
+    }
+    config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    partial: type[BaseModel] = create_model(name, __config__=config, __doc__=doc, **fields)
+    return partial
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    default_ttft_slo_ms: float | None = Field(None, gt=0)
-    default_tpot_slo_ms: float | None = Field(None, gt=0)
-    mode: Literal["routing", "slo"] | None = None
-    strategy: Literal["least", "most"] | None = None
-    ttft_weight: float | None = Field(None, ge=0, le=1)
-    epsilon_explore_neg: float | None = Field(None, ge=0, le=1)
-    strict_affinity_threshold: float | None = Field(None, ge=0, le=1)
-    loose_affinity_threshold: float | None = Field(None, ge=0, le=1)
-    affinity_exploration_probability: float | None = Field(None, ge=0, le=1)
-    max_ttft_penalty_ms: float | None = Field(None, ge=0)
-    slo_buffer_factor: float | None = Field(None, gt=0, le=10)
-    picker: Literal["weighted_random", "best_fit"] | None = None
-    streaming_mode: bool | None = None
-    fallback_kv_weight: float | None = Field(None, ge=0, le=1)
-    fallback_queue_weight: float | None = Field(None, ge=0, le=1)
-    fallback_prefix_weight: float | None = Field(None, ge=0, le=1)
-    pd_selection: Literal["greedy", "joint"] | None = None
+def _constraints(info: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": info.description}
+    for meta in info.metadata:
+        for key in ("gt", "ge", "lt", "le"):
+            if getattr(meta, key, None) is not None:
+                out[key] = getattr(meta, key)
+    return out
+
+
+PolicyUpdate = _all_optional(
+    PolicySpec, "PolicyUpdate", "Only the fields given change; the rest keep their values."
+)
 
 
 class PolicyRead(BaseModel):

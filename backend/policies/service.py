@@ -79,8 +79,11 @@ def update_policy(
     session: Session, policy: Policy, fields: dict[str, Any], actor: Actor, action: str = "update"
 ) -> Policy:
     """Apply `fields` (already validated) on top of the current spec; a no-op makes no version."""
-    merged = PolicySpec.model_validate({**policy.spec, **fields}).model_dump(mode="json")
-    changes = diff(policy.spec, merged)
+    # Both sides through the schema: a field added since the spec was stored shows its default
+    # on both sides instead of a spurious change.
+    current = PolicySpec.model_validate(policy.spec).model_dump(mode="json")
+    merged = PolicySpec.model_validate({**current, **fields}).model_dump(mode="json")
+    changes = diff(current, merged)
     if not changes:
         return policy
     policy.spec = merged

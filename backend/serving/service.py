@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from fastapi import Request
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from backend.errors import validate_body
 from backend.predictor.serving import ModelStore, Predictions, predict_both
 from backend.samples.schemas import Features
 from backend.serving.schemas import columns
@@ -16,16 +16,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 async def parse_body(request: Request, model: type[M]) -> M:
-    """Validate the raw body with pydantic's JSON parser (faster than json.loads + validate).
-
-    Errors are raised as FastAPI's own, so they get the same 422 shape as every other route.
-    """
-    body = await request.body()
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise RequestValidationError(errors) from None
+    """Validate the raw body with pydantic's JSON parser (faster than json.loads + validate)."""
+    return validate_body(model, await request.body(), json=True)
 
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:

@@ -28,6 +28,13 @@ DEFAULT_SPEC = {
     "fallback_queue_weight": 1.0,
     "fallback_prefix_weight": 1.0,
     "pd_selection": "greedy",
+    "expected_output_tokens": 256,
+    "kv_bytes_per_token": 131072,
+    "transfer_same_host_gbps": 50.0,
+    "transfer_same_rack_gbps": 25.0,
+    "transfer_same_zone_gbps": 6.0,
+    "transfer_same_region_gbps": 2.0,
+    "transfer_cross_region_gbps": 0.5,
 }
 
 revision = "0003"

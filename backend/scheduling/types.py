@@ -1,0 +1,286 @@
+"""The scheduling library's inputs, policy and decision.
+
+Inputs mirror what the llm-d EPP knows about a request and its candidate pods; the policy's
+defaults equal upstream llm-d's plugin defaults (routerlib chart values where the chart overrides
+the code); the decision explains itself per candidate so the console can show why a pod won.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+Role = Literal["", "prefill", "decode"]
+Distance = Literal["same_host", "same_rack", "same_zone", "same_region", "cross_region"]
+DISTANCES: Final[tuple[Distance, ...]] = (
+    "same_host",
+    "same_rack",
+    "same_zone",
+    "same_region",
+    "cross_region",
+)
+Tier = Literal["positive", "negative"]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Where a pod runs; ``None`` at a level means unknown there."""
+
+    host: str | None = None
+    rack: str | None = None
+    zone: str | None = None
+    region: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One candidate pod: the predictor's wire features plus what routing needs besides."""
+
+    name: str
+    kv_cache_percentage: float  # a fraction in [0, 1], as vLLM's gauge and upstream's wire field
+    input_token_length: int
+    num_request_waiting: int
+    num_request_running: int
+    prefix_cache_score: float
+    prefill_tokens_in_flight: int = 0
+    decode_tokens_in_flight: int = 0
+    num_tokens_generated: int = 1
+    role: Role = ""
+    pod_class: str | None = None
+    topology: Topology | None = None
+    dispatched_requests: int | None = None  # router's in-flight count; None -> num_request_running
+    running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests already running there
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingRequest:
+    prompt_tokens: int
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    priority: int = 0  # InferenceObjective priority; < 0 is sheddable
+    stream: bool = True
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransferConfig:
+    """KV-transfer cost between a prefill and a decode pod, per topology distance.
+
+    The bandwidths are assumptions, not measurements: same host over PCIe/host memory rather than
+    NVLink (upstream's P/D docs move KV between pods over RDMA, never NVLink), same rack over one
+    200 Gb/s RDMA NIC, and progressively thinner pipes further out. The latencies are the fixed
+    per-transfer cost (handshake, NIXL metadata, RTT). ``TransferModel`` replaces both with fits to
+    observed transfers once it has samples.
+    """
+
+    kv_bytes_per_token: int = 131072  # Llama-3-8B: 2 (K,V) * 32 layers * 8 kv heads * 128 * 2 B
+    same_host_gbps: float = 50.0  # GB/s (1e9 bytes per second)
+    same_rack_gbps: float = 25.0
+    same_zone_gbps: float = 6.0
+    same_region_gbps: float = 2.0
+    cross_region_gbps: float = 0.5
+    same_host_latency_ms: float = 0.5
+    same_rack_latency_ms: float = 1.0
+    same_zone_latency_ms: float = 2.0
+    same_region_latency_ms: float = 5.0
+    cross_region_latency_ms: float = 40.0
+    unknown_distance: Distance = "same_zone"  # pools usually live in one zone
+
+    def __post_init__(self) -> None:
+        if self.kv_bytes_per_token <= 0:
+            raise ValueError("kv_bytes_per_token must be > 0")
+        for d in DISTANCES:
+            if not getattr(self, f"{d}_gbps") > 0:
+                raise ValueError(f"{d}_gbps must be > 0")
+            if not getattr(self, f"{d}_latency_ms") >= 0:
+                raise ValueError(f"{d}_latency_ms must be >= 0")
+        if self.unknown_distance not in DISTANCES:
+            raise ValueError(f"unknown_distance must be one of {DISTANCES}")
+
+    def bandwidth_gbps(self, distance: Distance) -> float:
+        return float(getattr(self, f"{distance}_gbps"))
+
+    def latency_ms(self, distance: Distance) -> float:
+        return float(getattr(self, f"{distance}_latency_ms"))
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How a pool routes. Defaults equal upstream's (routerlib chart / predicted-latency guides)."""
+
+    mode: Literal["routing", "slo"] = "slo"  # routing-only chain vs SLO-aware chain
+    strategy: Literal["least", "most"] = "least"
+    ttft_weight: float = 0.8  # TPOT weight = 1 - ttft_weight
+    epsilon_explore_neg: float = 0.01
+    strict_affinity_threshold: float = 0.99
+    loose_affinity_threshold: float = 0.8
+    affinity_exploration_probability: float = 0.01
+    max_ttft_penalty_ms: float = 5000.0
+    slo_buffer_factor: float = 1.0
+    streaming_mode: bool = True  # the SLO guide's streamingMode; TPOT counts only when streaming
+    picker: Literal["weighted_random", "best_fit"] = "weighted_random"
+    fallback_kv_weight: float = 1.0
+    fallback_queue_weight: float = 1.0
+    fallback_prefix_weight: float = 1.0
+    pd_selection: Literal["greedy", "joint"] = "greedy"  # greedy = upstream: D, then P apart
+    expected_output_tokens: int = 256  # joint P/D: decode cost = tokens * predicted TPOT
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+
+    def __post_init__(self) -> None:
+        unit = (
+            "ttft_weight",
+            "epsilon_explore_neg",
+            "strict_affinity_threshold",
+            "loose_affinity_threshold",
+            "affinity_exploration_probability",
+        )
+        for name in unit:
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+        for name in ("fallback_kv_weight", "fallback_queue_weight", "fallback_prefix_weight"):
+            if not getattr(self, name) >= 0.0:
+                raise ValueError(f"{name} must be >= 0")
+        if not self.max_ttft_penalty_ms >= 0.0:
+            raise ValueError("max_ttft_penalty_ms must be >= 0")
+        if not self.slo_buffer_factor > 0.0:
+            raise ValueError("slo_buffer_factor must be > 0")
+        if self.expected_output_tokens < 1:
+            raise ValueError("expected_output_tokens must be >= 1")
+        if self.mode not in ("routing", "slo"):
+            raise ValueError(f"unknown mode {self.mode!r}")
+        if self.strategy not in ("least", "most"):
+            raise ValueError(f"unknown strategy {self.strategy!r}")
+        if self.picker not in ("weighted_random", "best_fit"):
+            raise ValueError(f"unknown picker {self.picker!r}")
+        if self.pd_selection not in ("greedy", "joint"):
+            raise ValueError(f"unknown pd_selection {self.pd_selection!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__slots__ if name != "transfer"}
+        out["transfer"] = {name: getattr(self.transfer, name) for name in self.transfer.__slots__}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Policy:
+        """Inverse of ``to_dict``; missing keys take upstream's defaults."""
+        fields = dict(data)
+        transfer = fields.pop("transfer", None)
+        if transfer is not None:
+            fields["transfer"] = TransferConfig(**transfer)
+        return cls(**fields)
+
+    @property
+    def tpot_weight(self) -> float:
+        # Rounded so that the default is exactly upstream's 0.2, not 0.19999999999999996: the
+        # scorer quantises to 1/100 and a last-bit difference can move a pod across a step.
+        return round(1.0 - self.ttft_weight, 12)
+
+
+Predictor = Callable[[Sequence[Candidate], SchedulingRequest], tuple[npt.ArrayLike, npt.ArrayLike]]
+"""Returns (ttft_ms, tpot_ms), one entry per candidate, in order. May raise: the decision then
+comes from the composite heuristic. A NaN entry means "no prediction for this pod"."""
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateTrace:
+    """What the chain saw and did for one pod."""
+
+    name: str
+    role: str
+    pod_class: str | None
+    profile: str  # "default", or "prefill" / "decode" under P/D
+    ttft_ms: float | None
+    tpot_ms: float | None
+    ttft_headroom_ms: float | None
+    tpot_headroom_ms: float | None
+    combined_headroom_ms: float | None  # ttft_weight * TTFT headroom + tpot_weight * TPOT headroom
+    valid: bool | None  # upstream IsValid: both predictions strictly below their SLOs
+    tier: Tier | None  # by headroom sign; None without a prediction
+    score: float | None  # None when a filter removed the pod before scoring
+    removed_by: str | None
+    transfer_ms: float | None = None  # P/D: predicted KV transfer to/from the chosen partner
+
+
+@dataclass(frozen=True, slots=True)
+class StepTrace:
+    """One plugin's outcome, in chain order."""
+
+    profile: str
+    plugin: str
+    outcome: str
+    kept: int
+
+
+@dataclass(frozen=True, slots=True)
+class PDTrace:
+    """Prefill/decode selection: the pair chosen and the pair upstream's greedy order picks.
+
+    ``e2e_ms`` = predicted prefill TTFT + KV transfer + expected output tokens * predicted TPOT.
+    """
+
+    selection: Literal["greedy", "joint"]
+    expected_output_tokens: int
+    prefill: str | None
+    decode: str | None
+    distance: Distance | None
+    kv_bytes: int | None
+    transfer_ms: float | None
+    e2e_ms: float | None
+    meets_slo: bool | None
+    greedy_prefill: str | None
+    greedy_decode: str | None
+    greedy_distance: Distance | None
+    greedy_transfer_ms: float | None
+    greedy_e2e_ms: float | None
+    saved_ms: float | None  # greedy_e2e_ms - e2e_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    admitted: bool
+    reason: str
+    chosen: str | None  # the pod to route to (under P/D the decode pod, as upstream)
+    prefill: str | None
+    decode: str | None
+    fallback: bool  # predictions unavailable: the composite heuristic decided
+    mode: str
+    picker: str
+    candidates: tuple[CandidateTrace, ...]
+    steps: tuple[StepTrace, ...]
+    pd: PDTrace | None = None
+    predictor_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only (no tuples, no numpy scalars, no NaN)."""
+        return {
+            "admitted": self.admitted,
+            "reason": self.reason,
+            "chosen": self.chosen,
+            "prefill": self.prefill,
+            "decode": self.decode,
+            "fallback": self.fallback,
+            "mode": self.mode,
+            "picker": self.picker,
+            "predictor_error": self.predictor_error,
+            "candidates": [_plain(c) for c in self.candidates],
+            "steps": [_plain(s) for s in self.steps],
+            "pd": None if self.pd is None else _plain(self.pd),
+        }
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in obj.__slots__:
+        value = getattr(obj, name)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        out[name] = value
+    return out

@@ -1,0 +1,187 @@
+"""`POST /v1/schedule` and the EPP config export, against the real database and models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from backend.sim.entries import training_entries
+from backend.sim.gpu import load_profile
+from backend.sim.latency import sample_rows
+from tests.integration.test_prediction import make_trainer
+
+PROFILE = load_profile("a100-llama3-8b")
+
+
+def pod(name: str, **overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "name": name,
+        "kv_cache_percentage": 0.3,
+        "input_token_length": 2000,
+        "num_request_waiting": 0,
+        "num_request_running": 8,
+        "prefix_cache_score": 0.0,
+        "prefill_tokens_in_flight": 0,
+    }
+    base.update(overrides)
+    return base
+
+
+@pytest.fixture
+def trained(client: TestClient) -> TestClient:
+    rows = sample_rows(3000, np.random.default_rng(0), PROFILE)
+    entries = training_entries(rows)
+    for i in range(0, len(entries), 5000):
+        client.post("/add_training_data_bulk", json={"entries": entries[i : i + 5000]})
+    make_trainer(client).run_once()
+    client.post("/reload")
+    return client
+
+
+def schedule(client: TestClient, candidates: list[dict[str, Any]], **kw: Any) -> dict[str, Any]:
+    headers = kw.pop("headers", {})
+    request = {"prompt_tokens": 2000, "seed": 7, **kw}
+    r = client.post(
+        "/v1/schedule", json={"request": request, "candidates": candidates}, headers=headers
+    )
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def policy_id(client: TestClient) -> int:
+    return int(client.get("/v1/policies").json()[0]["id"])
+
+
+def test_without_a_model_the_heuristic_decides_and_nothing_is_dropped(client: TestClient) -> None:
+    out = schedule(client, [pod("a", num_request_waiting=9), pod("b")], ttft_slo_ms=500)
+    decision = out["decision"]
+    assert decision["admitted"] is True
+    assert decision["fallback"] is True
+    assert decision["chosen"] in {"a", "b"}
+
+
+def test_slos_come_from_body_then_headers_then_policy(trained: TestClient) -> None:
+    pods = [pod("a"), pod("b", num_request_running=30, kv_cache_percentage=0.8)]
+    out = schedule(trained, pods, headers={"x-llm-d-slo-ttft-ms": "900", "x-slo-tpot-ms": "40"})
+    assert (out["ttft_slo_ms"], out["tpot_slo_ms"]) == (900.0, 40.0)
+    assert out["slo_source"] == {"ttft": "header", "tpot": "header"}
+    assert out["decision"]["fallback"] is False
+    traces = {c["name"]: c for c in out["decision"]["candidates"]}
+    assert traces["a"]["ttft_ms"] > 0 and traces["a"]["ttft_headroom_ms"] == pytest.approx(
+        900.0 - traces["a"]["ttft_ms"], rel=1e-6
+    )
+    trained.put(f"/v1/policies/{policy_id(trained)}", json={"default_ttft_slo_ms": 750})
+    out = schedule(trained, pods, tpot_slo_ms=30)
+    assert (out["ttft_slo_ms"], out["slo_source"]["ttft"]) == (750.0, "policy")
+    assert (out["tpot_slo_ms"], out["slo_source"]["tpot"]) == (30.0, "request")
+    bad = trained.post(
+        "/v1/schedule",
+        json={"request": {"prompt_tokens": 10}, "candidates": pods},
+        headers={"x-llm-d-slo-ttft-ms": "soon"},
+    )
+    assert bad.status_code == 422 and "x-llm-d-slo-ttft-ms" in bad.json()["detail"]
+
+
+def test_sheddable_objective_is_rejected_only_when_no_pod_can_meet_the_slo(
+    trained: TestClient,
+) -> None:
+    trained.post("/v1/objectives", json={"pool": "default", "name": "batch", "priority": -1})
+    busy = [
+        pod(
+            n,
+            num_request_running=40,
+            num_request_waiting=20,
+            kv_cache_percentage=0.9,
+            prefill_tokens_in_flight=60000,
+        )
+        for n in ("a", "b")
+    ]
+    impossible = {"ttft_slo_ms": 1.0, "tpot_slo_ms": 1.0}
+    shed = schedule(trained, busy, objective="batch", **impossible)
+    assert shed["priority"] == -1
+    assert shed["decision"]["admitted"] is False
+    assert "cannot be admitted" in shed["decision"]["reason"]
+    # Same request, critical objective: admitted and sent to the pod that misses by least.
+    critical = schedule(
+        trained, busy, headers={"x-llm-d-inference-objective": "chat"}, **impossible
+    )
+    assert critical["decision"]["admitted"] is True
+    # An idle pod admits even the sheddable request (it fails open).
+    idle = schedule(
+        trained, [*busy, pod("idle", num_request_running=0)], objective="batch", **impossible
+    )
+    assert idle["decision"]["admitted"] is True
+
+
+def test_best_fit_picker_takes_the_smallest_positive_headroom(trained: TestClient) -> None:
+    trained.put(f"/v1/policies/{policy_id(trained)}", json={"picker": "best_fit"})
+    pods = [pod(f"p{i}", num_request_running=4 * i, kv_cache_percentage=0.05 * i) for i in range(8)]
+    out = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60)
+    traces = out["decision"]["candidates"]
+    positive = [c for c in traces if c["ttft_headroom_ms"] >= 0 and c["tpot_headroom_ms"] >= 0]
+    assert positive, "the scenario needs pods that meet the SLO"
+    combined = {
+        c["name"]: 0.8 * c["ttft_headroom_ms"] + 0.2 * c["tpot_headroom_ms"] for c in positive
+    }
+    assert out["decision"]["chosen"] == min(combined, key=combined.__getitem__)
+    again = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60, seed=99)
+    assert again["decision"]["chosen"] == out["decision"]["chosen"]  # deterministic
+
+
+def test_joint_pd_avoids_the_cross_region_pair_greedy_picks(trained: TestClient) -> None:
+    east = {"host": "e1", "rack": "er1", "zone": "ez", "region": "east"}
+    west = {"host": "w1", "rack": "wr1", "zone": "wz", "region": "west"}
+    west2 = {**west, "host": "w2"}
+    pods = [
+        pod(
+            "p-east", role="prefill", num_request_running=0, kv_cache_percentage=0.01, topology=east
+        ),
+        pod(
+            "p-west",
+            role="prefill",
+            num_request_running=6,
+            prefill_tokens_in_flight=2000,
+            topology=west,
+        ),
+        pod("d-west", role="decode", num_request_running=2, topology=west2),
+        pod(
+            "d-east", role="decode", num_request_running=60, kv_cache_percentage=0.9, topology=east
+        ),
+    ]
+    request = {"prompt_tokens": 8000, "stream": True}
+    greedy = schedule(trained, [{**p, "input_token_length": 8000} for p in pods], **request)
+    pd = greedy["decision"]["pd"]
+    assert (pd["greedy_prefill"], pd["greedy_decode"]) == ("p-east", "d-west")
+    trained.put(f"/v1/policies/{policy_id(trained)}", json={"pd_selection": "joint"})
+    joint = schedule(trained, [{**p, "input_token_length": 8000} for p in pods], **request)
+    pd = joint["decision"]["pd"]
+    assert pd["selection"] == "joint"
+    assert (joint["decision"]["prefill"], joint["decision"]["decode"]) == ("p-west", "d-west")
+    assert pd["saved_ms"] > 0
+    assert pd["e2e_ms"] + pd["saved_ms"] == pytest.approx(pd["greedy_e2e_ms"], rel=1e-6)
+
+
+def test_epp_config_reflects_policy_edits(client: TestClient) -> None:
+    import yaml
+
+    pid = policy_id(client)
+    client.put(
+        f"/v1/policies/{pid}",
+        json={"strategy": "most", "ttft_weight": 0.6, "epsilon_explore_neg": 0.05},
+    )
+    r = client.get(f"/v1/policies/{pid}/epp-config")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/yaml")
+    assert "policy version 2" in r.text
+    config = yaml.safe_load(r.text)
+    assert config["kind"] == "EndpointPickerConfig"
+    plugins = {p.get("name", p["type"]): p for p in config["plugins"]}
+    scorer = plugins["latency-scorer"]["parameters"]
+    assert scorer["headroomSelectionStrategy"] == "most"
+    assert scorer["ttftWeight"] == 0.6
+    assert plugins["slo-headroom-tier-filter"]["parameters"]["epsilonExploreNeg"] == 0.05
+    assert plugins["strict-affinity-filter"]["parameters"]["affinityThreshold"] == 0.99
