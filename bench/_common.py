@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,14 @@ sys.path.insert(0, str(ROOT))
 from tests.pg import recreate_database  # noqa: E402
 from tests.server import headroom_process  # noqa: E402
 
-__all__ = ["ROOT", "bench_database_url", "headroom_process", "machine", "recreate_database"]
+__all__ = [
+    "ROOT",
+    "bench_database_url",
+    "headroom_process",
+    "machine",
+    "recreate_database",
+    "trained_server",
+]
 
 
 def machine() -> dict[str, Any]:
@@ -47,3 +56,30 @@ def bench_database_url(name: str) -> str:
         "HEADROOM_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/headroom_bench"
     )
     return base.rsplit("/", 1)[0] + f"/{name}"
+
+
+@contextmanager
+def trained_server(tmp: Path, samples: int = 5000) -> Iterator[str]:
+    """`headroom serve` (embedded mode, one worker) trained on profile-shaped samples posted
+    as the EPP posts them; yields its URL once both models are served."""
+    import time
+
+    import httpx
+    import numpy as np
+
+    from backend.sim.entries import training_entries
+    from backend.sim.gpu import load_profile
+    from backend.sim.latency import sample_rows
+
+    rows = sample_rows(samples, np.random.default_rng(0), load_profile("a100-llama3-8b"))
+    env = {"HEADROOM_LOG_LEVEL": "warning", "HEADROOM_TRAINING__INTERVAL_S": "1"}
+    with headroom_process(env, tmp) as (url, _):
+        entries = training_entries(rows)
+        for i in range(0, len(entries), 5000):
+            httpx.post(f"{url}/add_training_data_bulk", json={"entries": entries[i : i + 5000]})
+        deadline = time.monotonic() + 120
+        while not httpx.get(f"{url}/status").json()["models_exist"]["tpot_model"]:
+            if time.monotonic() > deadline:
+                raise TimeoutError("models were not trained")
+            time.sleep(0.2)
+        yield url

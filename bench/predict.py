@@ -21,15 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 import numpy as np
 import orjson
-from _common import headroom_process, machine
+from _common import machine, trained_server
 
-from backend.predictor.features import feature_matrix
 from backend.predictor.models import load_model
-from backend.predictor.training import train_target
-from backend.sim.entries import prediction_requests, training_entries
+from backend.predictor.training import predict_columns, train_target
+from backend.sim.entries import prediction_requests
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
 
@@ -69,46 +67,32 @@ def main() -> None:
     args = parser.parse_args()
 
     profile = load_profile("a100-llama3-8b")
-    train = sample_rows(5000, np.random.default_rng(0), profile)
     query = sample_rows(ROWS, np.random.default_rng(1), profile)
     body = orjson.dumps({"requests": prediction_requests(query)})
 
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {"HEADROOM_LOG_LEVEL": "warning", "HEADROOM_TRAINING__INTERVAL_S": "1"}
-        with headroom_process(env, Path(tmp)) as (url, _):
-            entries = training_entries(train)
-            for i in range(0, len(entries), 5000):
-                httpx.post(f"{url}/add_training_data_bulk", json={"entries": entries[i : i + 5000]})
-            deadline = time.monotonic() + 120
-            while not httpx.get(f"{url}/status").json()["models_exist"]["tpot_model"]:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("models were not trained")
-                time.sleep(0.2)
+    with tempfile.TemporaryDirectory() as tmp, trained_server(Path(tmp)) as url:
+        conn = _connection(url)
+        for _ in range(200):  # warm-up
+            _call(conn, body)
+        latencies = np.empty(args.calls)
+        server_ms = np.empty(args.calls)
+        for i in range(args.calls):
+            start = time.perf_counter()
+            result = _call(conn, body)
+            latencies[i] = (time.perf_counter() - start) * 1000
+            server_ms[i] = result["processing_time_ms"]
+        conn.close()
 
-            conn = _connection(url)
-            for _ in range(200):  # warm-up
-                _call(conn, body)
-            latencies = np.empty(args.calls)
-            server_ms = np.empty(args.calls)
-            for i in range(args.calls):
-                start = time.perf_counter()
-                result = _call(conn, body)
-                latencies[i] = (time.perf_counter() - start) * 1000
-                server_ms[i] = result["processing_time_ms"]
-            conn.close()
-
-            queue: Any = mp.get_context("spawn").Queue()
-            procs = [
-                mp.get_context("spawn").Process(
-                    target=_client, args=(url, body, args.seconds, queue)
-                )
-                for _ in range(args.clients)
-            ]
-            for p in procs:
-                p.start()
-            total_calls = sum(queue.get() for _ in procs)
-            for p in procs:
-                p.join()
+        queue: Any = mp.get_context("spawn").Queue()
+        procs = [
+            mp.get_context("spawn").Process(target=_client, args=(url, body, args.seconds, queue))
+            for _ in range(args.clients)
+        ]
+        for p in procs:
+            p.start()
+        total_calls = sum(queue.get() for _ in procs)
+        for p in procs:
+            p.join()
 
     # The same 100 rows through the models alone, in this process.
     in_process = _model_predict_ms(query)
@@ -156,7 +140,7 @@ def _model_predict_ms(query: dict[str, Any]) -> float:
     for _ in range(500):
         start = time.perf_counter()
         for target in targets:
-            models[target].predict(feature_matrix(target, query))
+            predict_columns(models[target], target, query)
         times.append((time.perf_counter() - start) * 1000)
     return round(float(np.median(times)), 4)
 

@@ -30,6 +30,10 @@ class PoolCache:
         self._ids: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    def cached(self, name: str) -> int | None:
+        """The id if already known, without touching the database (hot paths)."""
+        return self._ids.get(name)
+
     def resolve(self, session: Session, name: str) -> int:
         pool_id = self._ids.get(name)
         if pool_id is not None:

@@ -63,6 +63,7 @@ TTFT_FEATURES: Final = (
     "prefill_tokens_in_flight",
     "decode_tokens_in_flight",
     "pod_type",
+    "pod_class_code",
     "uncached_tokens",
     "cached_tokens",
     "attention_kpairs",
@@ -91,6 +92,7 @@ TPOT_FEATURES: Final = (
     "decode_tokens_in_flight",
     "num_tokens_generated",
     "pod_type",
+    "pod_class_code",
     "context_tokens",
 )
 TPOT_BASE_FEATURES: Final = (
@@ -144,6 +146,7 @@ def ttft_features(cols: Columns) -> FeatureMatrix:
         "prefill_tokens_in_flight": _get(cols, "prefill_tokens_in_flight"),
         "decode_tokens_in_flight": _get(cols, "decode_tokens_in_flight"),
         "pod_type": _get(cols, "pod_type"),
+        "pod_class_code": _get(cols, "pod_class_code"),
         "uncached_tokens": uncached,
         "cached_tokens": cached,
         "attention_kpairs": attention,
@@ -169,6 +172,7 @@ def tpot_features(cols: Columns) -> FeatureMatrix:
         "decode_tokens_in_flight": _get(cols, "decode_tokens_in_flight"),
         "num_tokens_generated": generated,
         "pod_type": _get(cols, "pod_type"),
+        "pod_class_code": _get(cols, "pod_class_code"),
         # The request's own KV that every decode step reads.
         "context_tokens": prompt + generated,
     }
@@ -196,3 +200,24 @@ def pod_type_codes(values: Iterable[str | None]) -> npt.NDArray[np.int8]:
             raise ValueError(f"unknown pod_type {key!r}")
         out.append(POD_TYPE_CODES[key])
     return np.asarray(out, dtype=np.int8)
+
+
+UNKNOWN_CLASS = 0
+"""Code of a pod class the model has not seen (or none given): the pool-wide behaviour."""
+
+
+def class_vocabulary(values: Iterable[str | None] | None) -> tuple[str, ...]:
+    """The pod classes (GPU type / runtime) present in training data, in a stable order."""
+    if values is None:
+        return ()
+    return tuple(sorted({v for v in values if v}))
+
+
+def pod_class_codes(
+    values: Iterable[str | None] | None, vocabulary: tuple[str, ...], n: int
+) -> npt.NDArray[np.float64]:
+    """Class names -> codes by a model's own vocabulary; unknown classes get UNKNOWN_CLASS."""
+    if values is None or not vocabulary:
+        return np.zeros(n, dtype=np.float64)
+    index = {name: i + 1 for i, name in enumerate(vocabulary)}
+    return np.fromiter((index.get(v, UNKNOWN_CLASS) if v else 0 for v in values), np.float64, n)

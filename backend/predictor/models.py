@@ -123,6 +123,8 @@ class LatencyModel(ABC):
         self.params = params or default_params(self.kind)
         self._booster: xgb.Booster | None = None
         self._trees: CompiledTrees | None = None
+        # Pod classes seen in training, in code order (see features.pod_class_codes).
+        self.classes: tuple[str, ...] = ()
 
     @property
     def fitted(self) -> bool:
@@ -163,6 +165,7 @@ class LatencyModel(ABC):
             "params": dataclasses.asdict(self.params),
             "booster_encoding": encoding,
             "xgboost_version": xgb.__version__,
+            "classes": list(self.classes),
             **self._header_extra(),
         }
         return encode_envelope(header, booster_to_bytes(self._require_booster(), encoding))
@@ -178,6 +181,7 @@ class LatencyModel(ABC):
         if target is None or not issubclass(target, cls):
             raise ArtifactError(f"artifact kind {header.get('kind')!r} is not a {cls.__name__}")
         model = target._empty(header)
+        model.classes = tuple(header.get("classes", ()))
         booster = booster_from_bytes(payload)
         model._restore(header, booster)
         return model

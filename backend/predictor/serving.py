@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from backend.predictor.features import Target, feature_matrix
+from backend.predictor.features import Target
 from backend.predictor.models import LatencyModel
+from backend.predictor.training import predict_columns
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ServedModel:
     loaded_at: datetime
 
     def predict(self, target: Target, cols: Mapping[str, npt.NDArray[Any]]) -> npt.NDArray[Any]:
-        return self.model.predict(feature_matrix(target, cols))
+        return predict_columns(self.model, target, cols)
 
 
 class ModelStore:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -13,8 +14,10 @@ from backend.predictor.features import (
     Columns,
     Target,
     base_feature_names,
+    class_vocabulary,
     feature_matrix,
     feature_names,
+    pod_class_codes,
 )
 from backend.predictor.models import Kind, LatencyModel, Objective, TrainParams, make_model
 
@@ -52,7 +55,8 @@ def train_target(
     ``actual_tpot_ms = 0`` and vice versa, so each target sees only its own samples.
     """
     started = time.perf_counter()
-    X = feature_matrix(target, cols)
+    classes = class_vocabulary(cols.get("pod_class"))
+    X = feature_matrix(target, with_class_codes(cols, classes))
     labels = np.asarray(y, dtype=np.float64).reshape(-1)
     held_out = np.asarray(is_test, dtype=bool).reshape(-1)
     if not labels.shape[0] == held_out.shape[0] == X.shape[0]:
@@ -72,6 +76,7 @@ def train_target(
         quantile=quantile,
         params=params,
     )
+    model.classes = classes
     model.fit(X[train], labels[train])
     metrics = None
     if test.any():
@@ -86,3 +91,14 @@ def train_target(
         n_dropped=int((~usable).sum()),
         train_seconds=time.perf_counter() - started,
     )
+
+
+def with_class_codes(cols: Columns, classes: tuple[str, ...]) -> dict[str, Any]:
+    """`cols` plus `pod_class_code` encoded by `classes` (a model's vocabulary)."""
+    n = int(np.shape(cols["input_token_length"])[0])
+    return {**cols, "pod_class_code": pod_class_codes(cols.get("pod_class"), classes, n)}
+
+
+def predict_columns(model: LatencyModel, target: Target, cols: Columns) -> npt.NDArray[Any]:
+    """Predict wire columns with a fitted model: pod classes by the model's own vocabulary."""
+    return model.predict(feature_matrix(target, with_class_codes(cols, model.classes)))

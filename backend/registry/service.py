@@ -17,9 +17,8 @@ from sqlalchemy.orm import Session
 
 from backend.pools.models import Pool
 from backend.predictor.evaluation import evaluate
-from backend.predictor.features import feature_matrix
 from backend.predictor.models import LatencyModel, load_model
-from backend.predictor.training import TrainResult
+from backend.predictor.training import TrainResult, predict_columns
 from backend.registry.models import ActiveModel, ModelVersion
 from backend.samples.models import Sample, Target
 from backend.samples.schemas import POD_TYPE_NAMES
@@ -39,14 +38,16 @@ _WINDOW_FEATURES = (
     "encoder_input_size",
     "encoder_matched_size",
 )
-_WINDOW_SELECT = f"SELECT {', '.join(_WINDOW_FEATURES)}, latency_ms, is_test, id FROM samples"
+_WINDOW_SELECT = (
+    f"SELECT {', '.join(_WINDOW_FEATURES)}, latency_ms, is_test, id, pod_class FROM samples"
+)
 
 assert POD_TYPE_NAMES[0] == ""  # pod_type is stored as its code, which is what features expect
 
 
 @dataclass(frozen=True)
 class Window:
-    cols: dict[str, npt.NDArray[np.float64]]
+    cols: dict[str, npt.NDArray[Any]]
     labels: npt.NDArray[np.float64]
     is_test: npt.NDArray[np.bool_]
     max_id: int
@@ -72,8 +73,11 @@ def read_window(session: Session, pool_id: int, target: Target) -> Window:
     finally:
         cursor.close()
     width = len(_WINDOW_FEATURES) + 3
-    data = np.array(rows, dtype=np.float64).reshape(len(rows), width)
-    cols = {name: data[:, i] for i, name in enumerate(_WINDOW_FEATURES)}
+    # The pod class is the only text column: split it off before the numeric conversion.
+    classes = np.array([r[-1] for r in rows], dtype=object)
+    data = np.array([r[:-1] for r in rows], dtype=np.float64).reshape(len(rows), width)
+    cols: dict[str, npt.NDArray[Any]] = {n: data[:, i] for i, n in enumerate(_WINDOW_FEATURES)}
+    cols["pod_class"] = classes
     n = len(_WINDOW_FEATURES)
     max_id = int(data[:, n + 2].max()) if len(rows) else 0
     return Window(cols, data[:, n], data[:, n + 1].astype(bool), max_id)
@@ -142,7 +146,7 @@ def quality_gate(
         )
     quantile = training.quantile if training.objective == "quantile" else None
     mask = window.is_test & (window.labels > 0)
-    predicted = active.predict(feature_matrix(target.label, _select(window, mask)))
+    predicted = predict_columns(active, target.label, _select(window, mask))
     current = evaluate(window.labels[mask], predicted, quantile=quantile)
     name = "pinball loss" if quantile is not None else "MAPE"
     mine = metrics.quantile_loss if quantile is not None else metrics.mape
@@ -154,7 +158,7 @@ def quality_gate(
     return GateDecision(False, f"{verdict}: worse by more than {training.gate_tolerance:.0%}")
 
 
-def _select(window: Window, mask: npt.NDArray[np.bool_]) -> dict[str, npt.NDArray[np.float64]]:
+def _select(window: Window, mask: npt.NDArray[np.bool_]) -> dict[str, npt.NDArray[Any]]:
     return {k: v[mask] for k, v in window.cols.items()}
 
 

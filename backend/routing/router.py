@@ -1,16 +1,39 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request
+import orjson
+from fastapi import APIRouter, HTTPException, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from backend.deps import RuntimeDep
+from backend.deps import Runtime, RuntimeDep
 from backend.routing.schemas import ScheduleIn, ScheduleOut
-from backend.routing.service import BadHeader, decide, resolve
+from backend.routing.service import BadHeader, PoolPolicy, decide, resolve
+from backend.serving.service import openapi_body, parse_body
 
 router = APIRouter(prefix="/v1", tags=["schedule"])
 
 
-@router.post("/schedule", response_model=ScheduleOut)
-def schedule_request(body: ScheduleIn, request: Request, runtime: RuntimeDep) -> ScheduleOut:
+async def _pool_policy(runtime: Runtime, pool: str) -> PoolPolicy:
+    """From memory on the hot path; the database only on a cache miss, off the event loop."""
+    pool_id = runtime.pools.cached(pool)
+    if pool_id is None:
+
+        def lookup() -> int:
+            with runtime.sessions() as session:
+                return runtime.pools.resolve(session, pool)
+
+        pool_id = await run_in_threadpool(lookup)
+    cached = runtime.policy_cache.fresh(pool_id)
+    if cached is not None:
+        return cached
+    return await run_in_threadpool(runtime.policy_cache.get, pool_id)
+
+
+@router.post(
+    "/schedule",
+    response_model=ScheduleOut,
+    openapi_extra=openapi_body(ScheduleIn),
+)
+async def schedule_request(request: Request, runtime: RuntimeDep) -> Response:
     """Run the pool's policy on one request and its candidate pods, and explain the decision.
 
     SLOs come from the body, else the `x-llm-d-slo-ttft-ms` / `x-llm-d-slo-tpot-ms` headers,
@@ -18,9 +41,8 @@ def schedule_request(body: ScheduleIn, request: Request, runtime: RuntimeDep) ->
     `x-llm-d-inference-objective`). Without a model the heuristic fallback decides
     (`decision.fallback`): a request is never dropped because the predictor is unavailable.
     """
-    with runtime.sessions() as session:
-        pool_id = runtime.pools.resolve(session, body.pool)
-    pool = runtime.policy_cache.get(pool_id)
+    body = await parse_body(request, ScheduleIn)
+    pool = await _pool_policy(runtime, body.pool)
     headers = {k.lower(): v for k, v in request.headers.items()}
     try:
         resolved = resolve(body.request, headers, pool)
@@ -30,13 +52,16 @@ def schedule_request(body: ScheduleIn, request: Request, runtime: RuntimeDep) ->
     if len(set(names)) != len(names):
         raise HTTPException(422, "candidates: pod names must be unique")
     decision = decide(runtime.store, body.pool, body.candidates, resolved, pool.policy)
-    return ScheduleOut(
-        pool=body.pool,
-        policy_version=pool.version,
-        ttft_slo_ms=resolved.request.ttft_slo_ms,
-        tpot_slo_ms=resolved.request.tpot_slo_ms,
-        slo_source=resolved.slo_source,
-        objective=resolved.objective,
-        priority=resolved.request.priority,
-        decision=decision.to_dict(),
-    )
+    out = {
+        "pool": body.pool,
+        "policy_version": pool.version,
+        "ttft_slo_ms": resolved.request.ttft_slo_ms,
+        "tpot_slo_ms": resolved.request.tpot_slo_ms,
+        "slo_source": resolved.slo_source,
+        "objective": resolved.objective,
+        "priority": resolved.request.priority,
+        "decision": decision.to_dict(),
+    }
+    # Built and serialised directly: the decision is already plain JSON data, and validating
+    # it again against ScheduleOut would cost more than the decision itself.
+    return Response(orjson.dumps(out), media_type="application/json")

@@ -54,10 +54,15 @@ class PolicyCache:
         self._entries: dict[int, tuple[float, PoolPolicy]] = {}
         self._lock = threading.Lock()
 
-    def get(self, pool_id: int) -> PoolPolicy:
+    def fresh(self, pool_id: int) -> PoolPolicy | None:
+        """The cached entry while it is fresh, without touching the database."""
         entry = self._entries.get(pool_id)
-        if entry is not None and entry[0] > time.monotonic():
-            return entry[1]
+        return entry[1] if entry is not None and entry[0] > time.monotonic() else None
+
+    def get(self, pool_id: int) -> PoolPolicy:
+        cached = self.fresh(pool_id)
+        if cached is not None:
+            return cached
         with self._sessions() as session:
             row = policies.policy_for_pool(session, pool_id)
             spec = policies.spec_of(row)

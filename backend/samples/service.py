@@ -121,26 +121,33 @@ def ingest(
 def trim_window(session: Session, pool_id: int, target: Target, cap: int) -> int:
     """Delete all but the newest `cap` rows of every over-full bucket; returns rows deleted.
 
-    Runs off the ingestion path (periodically and before training), so that an ingest call
-    only ever appends. Each bucket is one short indexed delete.
+    A bucket is per pod class too, so that in a mixed pool a busy GPU type cannot push a rare
+    one out of the window. Runs off the ingestion path (periodically and before training), so
+    that an ingest call only ever appends. Each bucket is one short indexed delete.
     """
     in_window = (Sample.pool_id == pool_id, Sample.target == int(target))
     over_full = session.execute(
-        select(Sample.bucket).where(*in_window).group_by(Sample.bucket).having(func.count() > cap)
-    ).scalars()
+        select(Sample.bucket, Sample.pod_class)
+        .where(*in_window)
+        .group_by(Sample.bucket, Sample.pod_class)
+        .having(func.count() > cap)
+    ).all()
     deleted = 0
-    for bucket in list(over_full):
+    for bucket, pod_class in over_full:
+        same = (
+            *in_window,
+            Sample.bucket == bucket,
+            Sample.pod_class.is_(None) if pod_class is None else Sample.pod_class == pod_class,
+        )
         cutoff = (
             select(Sample.id)
-            .where(*in_window, Sample.bucket == bucket)
+            .where(*same)
             .order_by(Sample.id.desc())
             .offset(cap)
             .limit(1)
             .scalar_subquery()
         )
-        result = session.execute(
-            delete(Sample).where(*in_window, Sample.bucket == bucket, Sample.id <= cutoff)
-        )
+        result = session.execute(delete(Sample).where(*same, Sample.id <= cutoff))
         deleted += result.rowcount  # type: ignore[attr-defined]
     return deleted
 

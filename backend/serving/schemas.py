@@ -29,7 +29,8 @@ _NUMERIC_FIELDS = (
 
 
 def columns(rows: list[Features]) -> dict[str, npt.NDArray[Any]]:
-    """Rows -> columnar arrays (what the models take); pod_type as its integer code."""
+    """Rows -> columnar arrays (what the models take); pod_type as its integer code, pod_class
+    as text (each model encodes it with its own vocabulary)."""
     n = len(rows)
     cols: dict[str, npt.NDArray[Any]] = {
         name: np.fromiter((getattr(r, name) for r in rows), dtype=np.float64, count=n)
@@ -38,6 +39,7 @@ def columns(rows: list[Features]) -> dict[str, npt.NDArray[Any]]:
     cols["pod_type"] = np.fromiter(
         (POD_TYPE_CODES[r.pod_type or ""] for r in rows), dtype=np.float64, count=n
     )
+    cols["pod_class"] = np.array([r.pod_class for r in rows], dtype=object)
     return cols
 
 

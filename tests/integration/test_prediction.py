@@ -268,3 +268,16 @@ def test_metrics_carry_upstream_series(client: TestClient) -> None:
     assert "training_samples_count{cache_bucket=" in text
     assert 'headroom_predicted_rows_total{pool="default",route="strict"} 4.0' in text
     assert 'headroom_samples_ingested_total{pool="default",target="ttft"} 300.0' in text
+
+
+def test_heterogeneous_pool_predicts_per_pod_class(client: TestClient) -> None:
+    for name, cls in (("a100-llama2-7b", "a100"), ("h100-llama2-7b", "h100")):
+        data = sample_rows(1500, np.random.default_rng(4), load_profile(name))
+        entries = [{**e, "pod_class": cls} for e in training_entries(data)]
+        assert client.post("/add_training_data_bulk", json={"entries": entries}).status_code == 202
+    train_and_load(client)
+    [request] = prediction_requests(rows(1, seed=11))
+    body = {"requests": [{**request, "pod_class": "a100"}, {**request, "pod_class": "h100"}]}
+    a100, h100 = client.post("/predict/bulk/strict", json=body).json()["predictions"]
+    assert h100["ttft_ms"] < a100["ttft_ms"]
+    assert h100["tpot_ms"] < a100["tpot_ms"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db import unit_of_work
@@ -77,3 +77,19 @@ def test_stats_report_buckets_ranges_and_a_held_out_share(client: TestClient) ->
     assert first["prefix_range"] == [0.5, 0.75]
     assert first["queue_range"] == [3, 7]
     assert len(ttft["buckets"]) == 10 * 3  # 10 KV buckets x queue bands {0}, {1,2}, {3,4}
+
+
+def test_a_rare_pod_class_keeps_its_samples_in_a_shared_bucket(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    busy = [entry(pod_class="a100", actual_ttft_ms=float(i + 1)) for i in range(900)]
+    rare = [entry(pod_class="h100", actual_ttft_ms=1.0)] * 40
+    client.post("/v1/samples", json={"entries": rare})
+    client.post("/v1/samples", json={"entries": busy})
+    with unit_of_work(sessions) as s:
+        assert trim_all_windows(s, cap=500) == 400
+    with sessions() as s:
+        kept = dict(
+            s.execute(select(Sample.pod_class, func.count()).group_by(Sample.pod_class)).all()
+        )
+    assert kept == {"a100": 500, "h100": 40}
