@@ -7,15 +7,19 @@ read it; for validation errors it names the row index and field of the first pro
 
 from __future__ import annotations
 
+import logging
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend.pools.service import PoolExists, PoolNotFound
+
+log = logging.getLogger("headroom.errors")
 
 _SECTIONS = {"body", "query", "path", "header", "cookie"}
 
@@ -55,6 +59,17 @@ async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_database_error(_: Request, exc: Exception) -> JSONResponse:
+    # The database being unreachable is not the caller's fault and not a bug: 503 tells
+    # clients (and the EPP) to retry, and nothing of the request was stored.
+    log.warning("database unavailable: %s", type(exc).__name__)
+    return JSONResponse(
+        status_code=503,
+        content={"detail": "database unavailable; nothing was stored, retry later"},
+        headers={"Retry-After": "1"},
+    )
+
+
 async def _on_pool_not_found(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=404, content={"detail": str(exc)})
 
@@ -79,6 +94,8 @@ def validate_body(model: type[M], data: Any, *, json: bool = False) -> M:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(PoolNotFound, _on_pool_not_found)
+    app.add_exception_handler(OperationalError, _on_database_error)
+    app.add_exception_handler(InterfaceError, _on_database_error)
     app.add_exception_handler(PoolExists, _on_pool_exists)
 
 

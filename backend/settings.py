@@ -74,7 +74,10 @@ class TrainingSettings(BaseModel):
         10, ge=0, description="Below this many held-out rows the gate cannot judge; newest wins."
     )
     lock_timeout_s: float = Field(
-        120.0, gt=0, description="Expiry of the training lock of a (pool, target)."
+        30.0,
+        gt=0,
+        description="Expiry of the training lock of a (pool, target): a worker killed while "
+        "training blocks that target at most this long. Must exceed a full-window training.",
     )
 
 

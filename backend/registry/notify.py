@@ -42,7 +42,12 @@ class RedisNotifier:
         self._client = redis.Redis.from_url(url)
 
     def publish(self, event: dict[str, Any]) -> None:
-        self._client.publish(CHANNEL, json.dumps(event))
+        # Best effort: with Redis down the activation is still committed, and every replica's
+        # poll picks it up; failing the caller here would only lose the answer.
+        try:
+            self._client.publish(CHANNEL, json.dumps(event))
+        except redis.RedisError as exc:
+            log.warning("could not announce model %s: %s", event.get("version_id"), exc)
 
 
 class RedisListener:
