@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from backend import migrate
+from backend import logs, migrate
 from backend.background import start_background
 from backend.compat.prediction import pool_router as compat_pool_router
 from backend.compat.prediction import root_router as compat_root_router
@@ -17,6 +17,7 @@ from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.deps import Runtime
 from backend.errors import BodySizeLimit, install_error_handlers
 from backend.health import router as health_router
+from backend.logs import RequestContext
 from backend.policies.router import router as policies_router
 from backend.pools.router import router as pools_router
 from backend.pools.service import ensure_default_pool
@@ -25,6 +26,7 @@ from backend.routing.router import router as routing_router
 from backend.samples.router import router as samples_router
 from backend.serving.router import router as serving_router
 from backend.settings import Settings, get_settings
+from backend.telemetry import ServingCollector, Telemetry
 
 log = logging.getLogger("headroom")
 
@@ -36,8 +38,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.should_auto_migrate:
             migrate.upgrade(settings.database_url)
+        logs.configure(settings.log_level)
         engine = make_engine(settings.database_url)
-        runtime = Runtime(settings=settings, engine=engine, sessions=make_sessionmaker(engine))
+        runtime = Runtime(
+            settings=settings,
+            engine=engine,
+            sessions=make_sessionmaker(engine),
+            telemetry=telemetry,
+        )
+        collector = ServingCollector(runtime.store, runtime.sessions, runtime.failures)
+        telemetry.registry.register(collector)
         with unit_of_work(runtime.sessions) as session:
             ensure_default_pool(session)
         app.state.runtime = runtime
@@ -47,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             background.stop()
+            telemetry.registry.unregister(collector)
             engine.dispose()
 
     app = FastAPI(
@@ -56,7 +67,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, limit=settings.ingest.max_body_bytes)
+    telemetry = Telemetry()
+    app.state.telemetry = telemetry
+    app.add_middleware(BodySizeLimit, limit=settings.ingest.max_body_bytes, telemetry=telemetry)
+    # Outermost: every response, errors and 413s included, gets a request id and is timed.
+    app.add_middleware(RequestContext, telemetry=telemetry)
     for router in (
         health_router,
         pools_router,

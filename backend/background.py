@@ -72,7 +72,9 @@ def start_background(runtime: Runtime) -> Background:
         listener = RedisListener(settings.redis_url, runtime.sync).start()
         return Background([poll], [listener]).start()
 
-    trainer = Trainer(runtime.sessions, settings, LocalLocks(), runtime.notifier)
+    trainer = Trainer(
+        runtime.sessions, settings, LocalLocks(), runtime.notifier, failures=runtime.failures
+    )
 
     def trim() -> int:
         with unit_of_work(runtime.sessions) as session:

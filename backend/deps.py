@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.pools.service import PoolCache
 from backend.predictor.serving import ModelStore
+from backend.registry.failures import FailureCounter, LocalFailures, RedisFailures
 from backend.registry.notify import LocalNotifier, Notifier, RedisNotifier
 from backend.registry.sync import StoreSync
 from backend.routing.service import PolicyCache
@@ -35,6 +36,7 @@ class Runtime:
     # Derived at start-up: bound to this runtime's sessions, store and mode.
     sync: StoreSync = field(init=False)
     notifier: Notifier = field(init=False)
+    failures: FailureCounter = field(init=False)
     policy_cache: PolicyCache = field(init=False)
 
     def __post_init__(self) -> None:
@@ -42,7 +44,9 @@ class Runtime:
         self.policy_cache = PolicyCache(self.sessions)
         if self.settings.redis_url is not None:
             self.notifier = RedisNotifier(self.settings.redis_url)
+            self.failures = RedisFailures(self.settings.redis_url)
         else:
+            self.failures = LocalFailures()
             local = LocalNotifier()
             local.subscribe(self.sync)
             self.notifier = local

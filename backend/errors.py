@@ -18,6 +18,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend.pools.service import PoolExists, PoolNotFound
+from backend.telemetry import Telemetry
 
 log = logging.getLogger("headroom.errors")
 
@@ -49,8 +50,17 @@ def validation_errors(raw: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+INGEST_SUFFIXES = ("/add_training_data_bulk", "/v1/samples")
+
+
+def _count_rejected(request: Request, reason: str) -> None:
+    if request.url.path.endswith(INGEST_SUFFIXES):
+        request.app.state.telemetry.rejected.labels(reason).inc()
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    _count_rejected(request, "invalid")
     errors = validation_errors(list(exc.errors()))
     first = errors[0] if errors else {"path": "body", "message": "invalid request"}
     return JSONResponse(
@@ -59,7 +69,8 @@ async def _on_validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _on_database_error(_: Request, exc: Exception) -> JSONResponse:
+async def _on_database_error(request: Request, exc: Exception) -> JSONResponse:
+    _count_rejected(request, "database_unavailable")
     # The database being unreachable is not the caller's fault and not a bug: 503 tells
     # clients (and the EPP) to retry, and nothing of the request was stored.
     log.warning("database unavailable: %s", type(exc).__name__)
@@ -109,9 +120,10 @@ class _BodyTooLarge(HTTPException):
 class BodySizeLimit:
     """Refuses bodies over `limit` bytes with 413, by header or while streaming (chunked)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, telemetry: Telemetry | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.telemetry = telemetry
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -145,6 +157,8 @@ class BodySizeLimit:
                 await self._refuse(send, received)
 
     async def _refuse(self, send: Send, size: int) -> None:
+        if self.telemetry is not None:
+            self.telemetry.rejected.labels("too_large").inc()
         response = JSONResponse(
             status_code=413,
             content={"detail": f"request body too large: {size} bytes > limit {self.limit}"},

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.pools.models import Pool
 from backend.predictor.serving import ModelStore
+from backend.registry.failures import FailureCounter
 from backend.registry.models import ModelVersion
-from backend.samples.models import Target
+from backend.samples.models import Sample, Target
 from backend.samples.service import bucket_counts
 from backend.samples.window import WindowSpec
 
@@ -39,6 +42,19 @@ class Telemetry:
         )
         self.predicted_rows = Counter(
             "headroom_predicted_rows", "Rows predicted.", ["pool", "route"], registry=r
+        )
+        self.requests = Histogram(
+            "headroom_http_request_seconds",
+            "Request latency per route template and status.",
+            ["method", "route", "status"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+            registry=r,
+        )
+        self.rejected = Counter(
+            "headroom_ingest_rejected_batches",
+            "Ingestion batches refused, by reason (nothing of a refused batch is stored).",
+            ["reason"],
+            registry=r,
         )
         self.predict_seconds = Histogram(
             "headroom_predict_seconds",
@@ -140,3 +156,54 @@ def render_upstream(collector: UpstreamCollector) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     return generate_latest(registry)
+
+
+class ServingCollector(Collector):
+    """Per (pool, target): the served model's version, age and held-out error, the window's
+    size, and failed trainings. Read at scrape time from memory, the database and Redis."""
+
+    def __init__(
+        self, store: ModelStore, sessions: sessionmaker[Session], failures: FailureCounter
+    ) -> None:
+        self.store, self.sessions, self.failures = store, sessions, failures
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["pool", "target"]
+        version = GaugeMetricFamily(
+            "headroom_active_model_version", "Model version served.", labels=labels
+        )
+        age = GaugeMetricFamily(
+            "headroom_active_model_age_seconds",
+            "Since the served model was activated.",
+            labels=labels,
+        )
+        mape = GaugeMetricFamily(
+            "headroom_active_model_mape", "Held-out MAPE of the served model.", labels=labels
+        )
+        now = datetime.now(UTC)
+        for (pool, target), served in sorted(self.store.snapshot().items()):
+            version.add_metric([pool, target], served.version_id)
+            age.add_metric([pool, target], (now - served.activated_at).total_seconds())
+            if "mape" in served.metrics:
+                mape.add_metric([pool, target], float(served.metrics["mape"]))
+        yield from (version, age, mape)
+        window = GaugeMetricFamily(
+            "headroom_window_samples", "Samples stored per window.", labels=labels
+        )
+        with self.sessions() as session:
+            names = {pid: name for pid, name in session.execute(select(Pool.id, Pool.name))}
+            counts = session.execute(
+                select(Sample.pool_id, Sample.target, func.count()).group_by(
+                    Sample.pool_id, Sample.target
+                )
+            )
+            for pid, code, n in counts:
+                window.add_metric([names.get(pid, str(pid)), Target(code).label], n)
+        yield window
+        failed = CounterMetricFamily(
+            "headroom_training_failures", "Trainings that raised.", labels=["pool_id", "target"]
+        )
+        for key, n in sorted(self.failures.read().items()):
+            pool_field, _, target_field = key.partition(":")
+            failed.add_metric([pool_field, target_field], n)
+        yield failed

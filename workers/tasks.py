@@ -8,6 +8,7 @@ from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.registry.failures import RedisFailures
 from backend.registry.locks import RedisLocks
 from backend.registry.notify import RedisNotifier
 from backend.registry.trainer import Trainer
@@ -36,6 +37,7 @@ def register(app: Celery, settings: Settings) -> None:
             settings,
             RedisLocks(settings.redis_url, settings.training.lock_timeout_s),
             RedisNotifier(settings.redis_url),
+            failures=RedisFailures(settings.redis_url),
         )
 
     @app.task(name=TRIM_WINDOWS)  # type: ignore[untyped-decorator]

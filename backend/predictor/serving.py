@@ -7,7 +7,7 @@ sees either the old models or the new ones, never a mix being built.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ class ServedModel:
     quantile: float
     activated_at: datetime
     loaded_at: datetime
+    metrics: Mapping[str, Any] = field(default_factory=dict)  # held-out, from the registry
 
     def predict(self, target: Target, cols: Mapping[str, npt.NDArray[Any]]) -> npt.NDArray[Any]:
         return predict_columns(self.model, target, cols)

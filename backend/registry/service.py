@@ -237,6 +237,7 @@ class ActiveRef:
     kind: str
     objective: str
     quantile: float
+    metrics: dict[str, Any]
 
 
 def active_refs(session: Session) -> list[ActiveRef]:
@@ -251,13 +252,14 @@ def active_refs(session: Session) -> list[ActiveRef]:
             ModelVersion.kind,
             ModelVersion.objective,
             ModelVersion.quantile,
+            ModelVersion.metrics,
         )
         .join(Pool, Pool.id == ActiveModel.pool_id)
         .join(ModelVersion, ModelVersion.id == ActiveModel.version_id)
     )
     return [
-        ActiveRef(name, pid, Target(t), vid, at, kind, obj, q)
-        for name, pid, t, vid, at, kind, obj, q in rows
+        ActiveRef(name, pid, Target(t), vid, at, kind, obj, q, m)
+        for name, pid, t, vid, at, kind, obj, q, m in rows
     ]
 
 
@@ -274,3 +276,25 @@ def list_versions(
 
 def pool_names(session: Session) -> dict[int, str]:
     return {pool_id: name for pool_id, name in session.execute(select(Pool.id, Pool.name))}
+
+
+def read_held_out(session: Session, pool_id: int, target: Target) -> Window:
+    """Only the held-out rows of a (pool, target) window, as `read_window` returns them (the
+    console scores the active model on them without reading the whole window)."""
+    cursor = session.connection().connection.cursor()
+    try:
+        cursor.execute(
+            f"{_WINDOW_SELECT} WHERE pool_id = {int(pool_id)} AND target = {int(target)}"
+            " AND is_test"
+        )
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    width = len(_WINDOW_FEATURES) + 3
+    classes = np.array([r[-1] for r in rows], dtype=object)
+    data = np.array([r[:-1] for r in rows], dtype=np.float64).reshape(len(rows), width)
+    cols: dict[str, npt.NDArray[Any]] = {n: data[:, i] for i, n in enumerate(_WINDOW_FEATURES)}
+    cols["pod_class"] = classes
+    n = len(_WINDOW_FEATURES)
+    max_id = int(data[:, n + 2].max()) if len(rows) else 0
+    return Window(cols, data[:, n], data[:, n + 1].astype(bool), max_id)

@@ -49,6 +49,7 @@ class StoreSync:
                         quantile=ref.quantile,
                         activated_at=ref.activated_at,
                         loaded_at=datetime.now(UTC),
+                        metrics=ref.metrics,
                     )
                     changed += 1
                     log.info("serving %s %s version %s", ref.pool, key[1], ref.version_id)

@@ -19,6 +19,7 @@ from backend.predictor.features import feature_names
 from backend.predictor.models import TrainParams
 from backend.predictor.training import train_target
 from backend.registry import service
+from backend.registry.failures import FailureCounter, LocalFailures
 from backend.registry.locks import Locks
 from backend.registry.notify import Notifier
 from backend.samples.models import Target
@@ -46,6 +47,7 @@ class Trainer:
     locks: Locks
     notifier: Notifier
     params: TrainParams | None = None
+    failures: FailureCounter = field(default_factory=LocalFailures)
     # Targets whose active model was already stored when this process first looked: upstream
     # waits for more samples before replacing a model it loaded at start than a fresh one.
     _loaded_at_start: set[Key] = field(default_factory=set)
@@ -82,7 +84,11 @@ class Trainer:
         with self.locks.hold(f"train:{pool_id}:{target.label}") as acquired:
             if not acquired:
                 return Outcome(pool_id, target, "skipped", "another trainer holds the lock")
-            return self._train_locked(key)
+            try:
+                return self._train_locked(key)
+            except Exception:
+                self.failures.incr(f"{pool_id}:{target.label}")
+                raise
 
     def _train_locked(self, key: Key) -> Outcome:
         pool_id, target = key
