@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.auth.tokens import TokenCache
 from backend.pools.service import PoolCache
 from backend.predictor.serving import ModelStore
 from backend.registry.failures import FailureCounter, LocalFailures, RedisFailures
@@ -38,10 +39,12 @@ class Runtime:
     notifier: Notifier = field(init=False)
     failures: FailureCounter = field(init=False)
     policy_cache: PolicyCache = field(init=False)
+    tokens: TokenCache = field(init=False)
 
     def __post_init__(self) -> None:
         self.sync = StoreSync(self.sessions, self.store)
         self.policy_cache = PolicyCache(self.sessions)
+        self.tokens = TokenCache(self.sessions)
         if self.settings.redis_url is not None:
             self.notifier = RedisNotifier(self.settings.redis_url)
             self.failures = RedisFailures(self.settings.redis_url)

@@ -10,7 +10,7 @@ import itertools
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -94,8 +94,53 @@ class AuthSettings(BaseModel):
 
     required: bool = Field(
         False,
-        description="Require a bearer token on the control plane. Off suits a single-user local "
-        "install; production should turn it on (see README).",
+        description="Require bearer tokens: control-plane reads and writes, and the /v1 data "
+        "plane (scopes ingest / predict). Off suits a single-user local install; production "
+        "should turn it on (see README).",
+    )
+    trust_upstream_routes: bool = Field(
+        True,
+        description="Leave the upstream-compatible routes (/add_training_data_bulk, /predict/...) "
+        "open even when tokens are required: the llm-d EPP sends no credentials, so they must be "
+        "reachable only from its trusted network (NetworkPolicy). False requires tokens there too.",
+    )
+
+
+class UISettings(BaseModel):
+    """The web console (`/ui`): sessions, demo mode and the Overview's warnings."""
+
+    session_secret: SecretStr | None = Field(
+        None,
+        description="Key that signs console session cookies (at least 32 characters). Required "
+        "in production mode, where every API replica must share it; unset in the embedded mode "
+        "means a random key per start (signing in again after a restart).",
+    )
+    session_max_age_s: int = Field(
+        8 * 3600, ge=60, description="A console session ends this long after signing in."
+    )
+    secure_cookies: bool = Field(
+        False, description="Send the session cookie over HTTPS only; turn on behind TLS."
+    )
+    demo: bool = Field(
+        False,
+        description="Feed the embedded service with simulated samples so that models train and "
+        "the console fills (`headroom serve --demo`).",
+    )
+    demo_password: SecretStr | None = Field(
+        None,
+        description="Password of the `demo` admin in demo mode; `headroom serve --demo` sets a "
+        "random one and prints it.",
+    )
+    stale_after_s: float = Field(
+        600.0,
+        gt=0,
+        description="The Overview flags a model as stale when samples arrived after it and it "
+        "is older than this.",
+    )
+    frontend_dir: str | None = Field(
+        None,
+        description="Folder holding the console's templates/ and static/; unset: the checkout's "
+        "frontend/ or ./frontend.",
     )
 
 
@@ -139,6 +184,7 @@ class Settings(BaseSettings):
     training: TrainingSettings = Field(default_factory=TrainingSettings)
     serving: ServingSettings = Field(default_factory=ServingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    ui: UISettings = Field(default_factory=UISettings)
 
     @property
     def is_sqlite(self) -> bool:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from argon2 import PasswordHasher
 from argon2.exceptions import VerificationError
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.auth.models import ApiToken, User
@@ -105,3 +107,72 @@ def actor_for_token(session: Session, clear: str) -> Actor | None:
     if user.disabled:
         return None
     return Actor(user.username, user.role, frozenset(token.scopes))  # type: ignore[arg-type]
+
+
+# Used by the console's Admin page (and demo mode).
+
+
+class NotFound(LookupError):
+    pass
+
+
+def count_users(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(User)) or 0)
+
+
+def list_users(session: Session) -> Sequence[User]:
+    return session.scalars(select(User).order_by(User.username)).all()
+
+
+def get_user(session: Session, user_id: int) -> User:
+    user = session.get(User, user_id)
+    if user is None:
+        raise NotFound(f"user {user_id} not found")
+    return user
+
+
+def user_by_name(session: Session, username: str) -> User | None:
+    return session.scalar(select(User).where(User.username == username))
+
+
+def set_role(session: Session, user: User, role: Role) -> User:
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}")
+    user.role = role
+    session.flush()
+    return user
+
+
+def set_disabled(session: Session, user: User, disabled: bool) -> User:
+    """A disabled user cannot sign in, and their tokens stop working at once."""
+    user.disabled = disabled
+    session.flush()
+    return user
+
+
+def set_password(session: Session, user: User, password: str) -> User:
+    if len(password) < 8:
+        raise ValueError("password must have at least 8 characters")
+    user.password_hash = _hasher.hash(password)
+    session.flush()
+    return user
+
+
+def list_tokens(session: Session) -> Sequence[tuple[ApiToken, str]]:
+    """Every token with its owner's name, newest first (hashes only: nothing to reveal)."""
+    rows = session.execute(
+        select(ApiToken, User.username)
+        .join(User, User.id == ApiToken.user_id)
+        .order_by(ApiToken.id.desc())
+    )
+    return [(token, username) for token, username in rows]
+
+
+def revoke_token(session: Session, token_id: int) -> ApiToken:
+    token = session.get(ApiToken, token_id)
+    if token is None:
+        raise NotFound(f"token {token_id} not found")
+    if token.revoked_at is None:
+        token.revoked_at = datetime.now(UTC)
+        session.flush()
+    return token

@@ -17,6 +17,7 @@ import orjson
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from pydantic import ValidationError
 
+from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep
 from backend.pools.models import DEFAULT_POOL
 from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
@@ -80,7 +81,11 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
     # A default value rather than an Annotated alias: this module's annotations are strings,
     # and FastAPI resolves them in module scope, where a local alias does not exist.
     pool_param = Depends(pool_dep)
-    router = APIRouter(prefix=prefix, tags=["upstream prediction server"])
+    router = APIRouter(
+        prefix=prefix,
+        tags=["upstream prediction server"],
+        dependencies=[Depends(scope("predict", upstream=True))],
+    )
 
     def known(runtime: Runtime, pool: str) -> None:
         if pool != DEFAULT_POOL and pool not in runtime.store.pools():

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Depends, Response, status
 from fastapi.responses import JSONResponse
 
+from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
 from backend.samples.router import ingest_entries
@@ -12,6 +13,8 @@ from backend.samples.schemas import UpstreamTrainingBulk
 from backend.telemetry import CONTENT_TYPE, UpstreamCollector, render_upstream
 
 router = APIRouter(tags=["upstream training server"])
+# The EPP sends no credentials: open where the network is trusted (see AuthSettings).
+INGEST = scope("ingest", upstream=True)
 
 
 def _accepted(n: int) -> JSONResponse:
@@ -22,7 +25,11 @@ def _accepted(n: int) -> JSONResponse:
     )
 
 
-@router.post("/add_training_data_bulk", status_code=status.HTTP_202_ACCEPTED)
+@router.post(
+    "/add_training_data_bulk",
+    status_code=status.HTTP_202_ACCEPTED,
+    dependencies=[Depends(INGEST)],
+)
 def add_training_data_bulk(
     body: UpstreamTrainingBulk, runtime: RuntimeDep, session: SessionDep
 ) -> JSONResponse:
@@ -31,7 +38,11 @@ def add_training_data_bulk(
     return _accepted(done.accepted)
 
 
-@router.post("/pools/{pool}/add_training_data_bulk", status_code=status.HTTP_202_ACCEPTED)
+@router.post(
+    "/pools/{pool}/add_training_data_bulk",
+    status_code=status.HTTP_202_ACCEPTED,
+    dependencies=[Depends(INGEST)],
+)
 def add_training_data_bulk_pool(
     pool: str, body: UpstreamTrainingBulk, runtime: RuntimeDep, session: SessionDep
 ) -> JSONResponse:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from backend.auth.deps import EditorDep
+from backend.auth.deps import ActorDep, EditorDep
 from backend.deps import SessionDep
 from backend.policies.schemas import PolicySpec
 from backend.policies.service import create_policy
@@ -13,7 +13,7 @@ router = APIRouter(prefix="/v1/pools", tags=["pools"])
 
 
 @router.get("", response_model=list[PoolRead])
-def list_pools(session: SessionDep) -> list[PoolRead]:
+def list_pools(session: SessionDep, _: ActorDep) -> list[PoolRead]:
     """Every pool, the `default` one first."""
     return [PoolRead.model_validate(p) for p in service.list_pools(session)]
 
@@ -29,5 +29,5 @@ def create_pool(data: PoolCreate, session: SessionDep, actor: EditorDep) -> Pool
 
 
 @router.get("/{name}", response_model=PoolRead)
-def get_pool(name: str, session: SessionDep) -> PoolRead:
+def get_pool(name: str, session: SessionDep, _: ActorDep) -> PoolRead:
     return PoolRead.model_validate(service.get_pool(session, name))

@@ -4,6 +4,7 @@ from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Query
 
+from backend.auth.deps import ActorDep, EditorDep
 from backend.deps import RuntimeDep, SessionDep
 from backend.predictor.models import HybridModel, load_model
 from backend.registry import service
@@ -39,6 +40,7 @@ def _read(v: ModelVersion, pool: str) -> dict[str, object]:
 def list_models(
     runtime: RuntimeDep,
     session: SessionDep,
+    _: ActorDep,
     pool: str | None = Query(None, description="Only this pool's versions."),
     target: Literal["ttft", "tpot"] | None = Query(None),
     limit: int = Query(50, ge=1, le=1000),
@@ -60,7 +62,7 @@ def _get(session: SessionDep, version_id: int) -> ModelVersion:
 
 
 @router.get("/{version_id}", response_model=ModelVersionDetail)
-def get_model(version_id: int, session: SessionDep) -> ModelVersionDetail:
+def get_model(version_id: int, session: SessionDep, _: ActorDep) -> ModelVersionDetail:
     """One version, with feature importances and (hybrid) the physics base's coefficients."""
     version = _get(session, version_id)
     model = load_model(version.artifact)
@@ -74,7 +76,9 @@ def get_model(version_id: int, session: SessionDep) -> ModelVersionDetail:
 
 
 @router.post("/{version_id}/activate", response_model=ModelVersionRead)
-def activate_model(version_id: int, runtime: RuntimeDep, session: SessionDep) -> ModelVersionRead:
+def activate_model(
+    version_id: int, runtime: RuntimeDep, session: SessionDep, _: EditorDep
+) -> ModelVersionRead:
     """Serve this version (e.g. roll back to an earlier one); every replica swaps within ~1 s."""
     version = _get(session, version_id)
     service.activate(session, version, by="api")

@@ -1,15 +1,16 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep
 from backend.routing.schemas import ScheduleIn, ScheduleOut
 from backend.routing.service import BadHeader, PoolPolicy, decide, resolve
 from backend.serving.service import openapi_body, parse_body
 
-router = APIRouter(prefix="/v1", tags=["schedule"])
+router = APIRouter(prefix="/v1", tags=["schedule"], dependencies=[Depends(scope("predict"))])
 
 
 async def _pool_policy(runtime: Runtime, pool: str) -> PoolPolicy:

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
+from backend.auth.deps import ActorDep, scope
 from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
 from backend.samples import service
@@ -27,7 +28,7 @@ def ingest_entries(
     return done
 
 
-@router.post("", response_model=IngestResult)
+@router.post("", response_model=IngestResult, dependencies=[Depends(scope("ingest"))])
 def post_samples(
     body: SamplesBulk, runtime: RuntimeDep, session: SessionDep, pool: str = PoolQuery
 ) -> IngestResult:
@@ -43,7 +44,9 @@ def post_samples(
 
 
 @router.get("/stats", response_model=WindowStats)
-def get_stats(runtime: RuntimeDep, session: SessionDep, pool: str = PoolQuery) -> WindowStats:
+def get_stats(
+    runtime: RuntimeDep, session: SessionDep, _: ActorDep, pool: str = PoolQuery
+) -> WindowStats:
     """Samples stored per bucket and the train/test totals of each target's window."""
     pool_id = runtime.pools.resolve(session, pool)
     return service.window_stats(session, pool, pool_id, runtime.window)

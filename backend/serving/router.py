@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 
+from backend.auth.deps import scope
 from backend.deps import RuntimeDep
 from backend.pools.models import DEFAULT_POOL
 from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
@@ -15,7 +16,7 @@ from backend.serving.schemas import (
 )
 from backend.serving.service import openapi_body, parse_body, predict_rows
 
-router = APIRouter(prefix="/v1", tags=["predict"])
+router = APIRouter(prefix="/v1", tags=["predict"], dependencies=[Depends(scope("predict"))])
 
 PoolQuery = Query(DEFAULT_POOL, description="Pool whose models answer.")
 
