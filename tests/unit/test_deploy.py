@@ -1,0 +1,78 @@
+"""The deployment files parse and wire the components the way the README says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from backend.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def documents() -> list[dict[str, Any]]:
+    text = (ROOT / "deploy/kubernetes/headroom.yaml").read_text()
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def by_kind(kind: str) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in documents() if d["kind"] == kind}
+
+
+def test_kubernetes_manifests_have_every_component_with_probes() -> None:
+    deployments = by_kind("Deployment")
+    assert set(deployments) == {"headroom-api", "headroom-worker", "headroom-beat"}
+    commands = {
+        name: d["spec"]["template"]["spec"]["containers"][0]["command"]
+        for name, d in deployments.items()
+    }
+    assert commands["headroom-api"][:2] == ["headroom", "serve"]
+    assert commands["headroom-worker"][:2] == ["headroom", "worker"]
+    assert commands["headroom-beat"] == ["headroom", "beat"]
+    assert deployments["headroom-beat"]["spec"]["replicas"] == 1
+    api = deployments["headroom-api"]["spec"]["template"]["spec"]["containers"][0]
+    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    job = by_kind("Job")["headroom-migrate"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "headroom",
+        "db",
+        "upgrade",
+    ]
+
+
+def test_selectors_match_and_config_names_real_settings() -> None:
+    for d in by_kind("Deployment").values():
+        assert d["spec"]["selector"]["matchLabels"].items() <= (
+            d["spec"]["template"]["metadata"]["labels"].items()
+        )
+        refs = d["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+        assert {"secretRef": {"name": "headroom"}} in refs  # secrets by reference only
+    service = by_kind("Service")["headroom"]
+    api_labels = by_kind("Deployment")["headroom-api"]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= api_labels.items()
+    config = by_kind("ConfigMap")["headroom"]["data"]
+    for key, value in config.items():
+        # Every key is a setting Headroom reads, and its value parses.
+        section, _, field = key.removeprefix("HEADROOM_").lower().partition("__")
+        settings = Settings(**{section: {field: value}} if field else {section: value})
+        assert settings is not None
+    assert "Secret" not in {d["kind"] for d in documents()}  # never commit real values
+
+
+def test_compose_runs_migrations_once_and_two_api_replicas() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "migrate", "api-1", "api-2", "lb", "worker", "beat"} <= set(
+        services
+    )
+    assert services["migrate"]["command"] == ["headroom", "db", "upgrade"]
+    for name in ("api-1", "api-2", "worker", "beat"):
+        assert services[name]["depends_on"]["migrate"]["condition"] == (
+            "service_completed_successfully"
+        )
+    assert "healthcheck" in services["api-1"] and "healthcheck" in services["postgres"]
+    nginx = (ROOT / "deploy/nginx/nginx.conf").read_text()
+    assert "server api-1:8000" in nginx and "server api-2:8000" in nginx
