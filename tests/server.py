@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -15,6 +16,17 @@ from pathlib import Path
 import httpx
 
 
+# Production mode refuses to start without a shared console session key; tests use this one.
+TEST_SESSION_SECRET = "test-only-session-secret-0123456789abcdef"
+
+
+def _env(env: dict[str, str]) -> dict[str, str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_")}
+    full["HEADROOM_UI__SESSION_SECRET"] = TEST_SESSION_SECRET
+    full.update(env)
+    return full
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -26,8 +38,7 @@ def headroom_process(
     env: dict[str, str], cwd: Path, args: tuple[str, ...] = ()
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_")}
-    full_env.update(env)
+    full_env = _env(env)
     exe = Path(sys.executable).with_name("headroom")
     log = open(cwd / f"serve-{port}.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
@@ -68,24 +79,33 @@ def headroom_worker(
     env: dict[str, str], cwd: Path, args: tuple[str, ...] = ("--beat",)
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A real Celery worker (and beat) started by `headroom worker`."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_")}
-    full_env.update(env)
+    full_env = _env(env)
     exe = Path(sys.executable).with_name("headroom")
     log = open(cwd / "worker.log", "wb")  # noqa: SIM115 - closed below
+    # Its own process group: Celery's pool children must go with it, even after a SIGKILL.
     proc = subprocess.Popen(
         [str(exe), "worker", "--concurrency=1", *args],
         cwd=cwd,
         env=full_env,
         stdout=log,
         stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
         log.close()
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a worker and its pool children at once, as an OOM kill or node loss would."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response, status
+from fastapi import APIRouter, Depends, Request, Response, status
 from fastapi.responses import JSONResponse
 
 from backend.auth.deps import scope
@@ -10,6 +10,7 @@ from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
 from backend.samples.router import ingest_entries
 from backend.samples.schemas import UpstreamTrainingBulk
+from backend.serving.service import openapi_body, parse_body
 from backend.telemetry import CONTENT_TYPE, UpstreamCollector, render_upstream
 
 router = APIRouter(tags=["upstream training server"])
@@ -29,12 +30,12 @@ def _accepted(n: int) -> JSONResponse:
     "/add_training_data_bulk",
     status_code=status.HTTP_202_ACCEPTED,
     dependencies=[Depends(INGEST)],
+    openapi_extra=openapi_body(UpstreamTrainingBulk),
 )
-def add_training_data_bulk(
-    body: UpstreamTrainingBulk, runtime: RuntimeDep, session: SessionDep
-) -> JSONResponse:
+async def add_training_data_bulk(request: Request, runtime: RuntimeDep) -> JSONResponse:
     """Upstream-compatible bulk ingestion into the `default` pool."""
-    done = ingest_entries(runtime, session, DEFAULT_POOL, body.entries)
+    body = await parse_body(request, UpstreamTrainingBulk)
+    done = await ingest_entries(runtime, DEFAULT_POOL, body.entries)
     return _accepted(done.accepted)
 
 
@@ -42,12 +43,14 @@ def add_training_data_bulk(
     "/pools/{pool}/add_training_data_bulk",
     status_code=status.HTTP_202_ACCEPTED,
     dependencies=[Depends(INGEST)],
+    openapi_extra=openapi_body(UpstreamTrainingBulk),
 )
-def add_training_data_bulk_pool(
-    pool: str, body: UpstreamTrainingBulk, runtime: RuntimeDep, session: SessionDep
+async def add_training_data_bulk_pool(
+    pool: str, request: Request, runtime: RuntimeDep
 ) -> JSONResponse:
     """Upstream-compatible bulk ingestion into any pool."""
-    done = ingest_entries(runtime, session, pool, body.entries)
+    body = await parse_body(request, UpstreamTrainingBulk)
+    done = await ingest_entries(runtime, pool, body.entries)
     return _accepted(done.accepted)
 
 

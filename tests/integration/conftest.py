@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 from sqlalchemy import Engine, select, text
 
 from backend import migrate
@@ -13,9 +14,10 @@ from backend.policies.schemas import PolicySpec
 from backend.policies.service import create_policy
 from backend.pools.models import Pool
 from backend.pools.service import ensure_default_pool
-from backend.settings import Settings
+from backend.settings import Settings, UISettings
 from tests.conftest import db_url_for_tests, redis_url_for_tests
 from tests.pg import recreate_database
+from tests.server import TEST_SESSION_SECRET
 
 TABLES = (
     "policy_versions",
@@ -67,7 +69,11 @@ def clean_database(engine: Engine) -> None:
 def settings(database_url: str) -> Settings:
     # Production mode (Redis configured): the API runs no background loop of its own, so a
     # test decides when trimming happens.
-    return Settings(database_url=database_url, redis_url=redis_url_for_tests())
+    return Settings(
+        database_url=database_url,
+        redis_url=redis_url_for_tests(),
+        ui=UISettings(session_secret=SecretStr(TEST_SESSION_SECRET)),
+    )
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
 from tests.conftest import redis_url_for_tests
 from tests.faults import TcpProxy
-from tests.server import headroom_process, headroom_worker
+from tests.server import headroom_process, headroom_worker, kill_group
 
 PROFILE = load_profile("a100-llama3-8b")
 
@@ -188,8 +188,7 @@ def test_a_worker_killed_while_training_activates_nothing_and_the_next_run_train
             )
         with headroom_worker(env, tmp_path) as worker:
             wait_for(lambda: bool(client.keys("headroom:lock:train:*")), 60, "a training to start")
-            worker.send_signal(signal.SIGKILL)
-            worker.wait()
+            kill_group(worker)
         with Session(engine) as s:
             assert s.scalar(select(func.count()).select_from(ModelVersion)) == 0
         with headroom_worker(env, tmp_path):
