@@ -6,4 +6,4 @@ test:  ## lint, types and every test against the real PostgreSQL and Redis
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy backend workers
 bench: ## benchmarks; each prints JSON
-	for b in ingest predict accuracy training predictor_core; do .venv/bin/python bench/$$b.py; done
+	for b in ingest predict accuracy training predictor_core schedule schedule_core load console; do .venv/bin/python bench/$$b.py; done

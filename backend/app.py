@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 
 from backend import logs, migrate
 from backend.background import start_background
@@ -15,7 +16,7 @@ from backend.compat.prediction import root_router as compat_root_router
 from backend.compat.training import router as compat_training_router
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.deps import Runtime
-from backend.errors import BodySizeLimit, install_error_handlers
+from backend.errors import ERROR_RESPONSES, BodySizeLimit, install_error_handlers
 from backend.health import router as health_router
 from backend.logs import RequestContext
 from backend.policies.router import router as policies_router
@@ -27,6 +28,8 @@ from backend.samples.router import router as samples_router
 from backend.serving.router import router as serving_router
 from backend.settings import Settings, get_settings
 from backend.telemetry import ServingCollector, Telemetry
+from backend.ui.app import PREFIX as CONSOLE_PREFIX
+from backend.ui.app import Console
 
 log = logging.getLogger("headroom")
 
@@ -52,10 +55,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ensure_default_pool(session)
         app.state.runtime = runtime
         background = start_background(runtime)
+        console.start(runtime)
         log.info("headroom ready (%s mode)", "embedded" if settings.embedded else "production")
         try:
             yield
         finally:
+            console.stop()
             background.stop()
             telemetry.registry.unregister(collector)
             engine.dispose()
@@ -72,6 +77,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, limit=settings.ingest.max_body_bytes, telemetry=telemetry)
     # Outermost: every response, errors and 413s included, gets a request id and is timed.
     app.add_middleware(RequestContext, telemetry=telemetry)
+    # The web console: its own sub-application (sessions, CSRF, HTML errors), see backend/ui.
+    console = Console(settings)
+    app.mount(CONSOLE_PREFIX, console.app)
+
+    @app.get("/", include_in_schema=False)
+    def console_home() -> RedirectResponse:
+        return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=307)
+
     for router in (
         health_router,
         pools_router,
@@ -84,5 +97,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         compat_root_router,
         compat_pool_router,
     ):
-        app.include_router(router)
+        app.include_router(router, responses=ERROR_RESPONSES)
     return app

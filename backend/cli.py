@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import typer
 import uvicorn
 from rich.console import Console
@@ -20,13 +23,33 @@ def serve(
     host: str | None = typer.Option(None, help="Bind address (default HEADROOM_HOST)."),
     port: int | None = typer.Option(None, help="Port (default HEADROOM_PORT)."),
     workers: int = typer.Option(1, help="Uvicorn worker processes."),
+    demo: bool = typer.Option(
+        False,
+        "--demo",
+        help="Feed the embedded service with simulated samples, so that models train and the "
+        "console at /ui/ fills within a minute; prints the demo user's password.",
+    ),
 ) -> None:
     """Run the API service (and, with no Redis configured, the whole product in-process)."""
+    if demo:
+        _enable_demo()
     settings = get_settings()
     if settings.embedded and workers > 1:
         raise typer.BadParameter("the embedded mode runs one process; set HEADROOM_REDIS_URL")
+    if settings.ui.demo and not settings.embedded:
+        raise typer.BadParameter("--demo feeds the embedded mode; unset HEADROOM_REDIS_URL")
     mode = "embedded (SQLite, in-process training)" if settings.embedded else "production"
     console.print(f"[bold]headroom[/] {mode}; database {_redact(settings.database_url)}")
+    if demo:
+        password = settings.ui.demo_password
+        assert password is not None
+        console.print(
+            f"[bold]demo mode[/]: open http://{host or settings.host}:{port or settings.port}/ui/ "
+            f"and sign in as [bold]demo[/] / [bold]{password.get_secret_value()}[/]"
+        )
+    # Ingestion's CPU work runs in worker threads; a short GIL switch interval lets the event
+    # loop answer predictions between their slices instead of waiting up to 5 ms each time.
+    sys.setswitchinterval(0.0005)
     uvicorn.run(
         "backend.app:create_app",
         factory=True,
@@ -128,6 +151,17 @@ def db_current() -> None:
     migrate.current(get_settings().database_url)
 
 
+def _enable_demo() -> None:
+    """Demo mode travels to the app factory (which uvicorn calls) through the environment."""
+    import os
+    import secrets
+
+    os.environ["HEADROOM_UI__DEMO"] = "true"
+    # A fresh password each start, printed here: nobody else can know it.
+    os.environ.setdefault("HEADROOM_UI__DEMO_PASSWORD", secrets.token_urlsafe(9))
+    get_settings.cache_clear()
+
+
 def _redact(url: str) -> str:
     # Never print a password into a log.
     if "@" not in url or "://" not in url:
@@ -136,6 +170,95 @@ def _redact(url: str) -> str:
     creds, host = rest.rsplit("@", 1)
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+@app.command("bench")
+def bench(
+    trace: str = typer.Option(
+        "mooncake-conversation",
+        help="Trace to replay: mooncake-conversation, mooncake-synthetic, azure-code, azure-conv.",
+    ),
+    pods: int = typer.Option(8, help="Pods in the simulated pool."),
+    gpu: str = typer.Option(
+        "a100-llama3-8b",
+        help="GPU profile of every pod, or a mix with counts: a100-llama2-7b:4,h100-llama2-7b:4.",
+    ),
+    pd: str | None = typer.Option(
+        None, "--pd", help="Prefill/decode disaggregation as P:D pods, e.g. 4:4 (default: off)."
+    ),
+    layout: str = typer.Option(
+        "rack", help="Topology: rack, racks:N, zones:N, regions:N or regions:N,racks:M."
+    ),
+    loads: str = typer.Option(
+        "0.5,0.75,1.0,1.15", help="Load levels: multiples of the trace's request rate."
+    ),
+    policies: str = typer.Option(
+        "all", help="Comma-separated policy names, or all (the P/D ablation only with --pd)."
+    ),
+    seed: int = typer.Option(0, help="Seed of every random choice (router, picker, sampling)."),
+    ttft_slo_ms: float = typer.Option(2000.0, help="TTFT SLO of every request (ms)."),
+    tpot_slo_ms: float = typer.Option(100.0, help="TPOT SLO of every request (ms)."),
+    limit: int | None = typer.Option(None, help="Replay only the first N requests."),
+    max_model_len: int | None = typer.Option(
+        None, help="Clip requests to this context (default: what the pods' KV caches hold)."
+    ),
+    sheddable_fraction: float = typer.Option(
+        0.0, help="Share of requests with priority -1, which the SLO admitter may shed."
+    ),
+    out: Path = typer.Option(Path("bench-results"), help="Directory for JSON, table and plots."),
+) -> None:
+    """Replay a real trace through a simulated pool under each routing policy and compare them.
+
+    Writes results.json, results.md (a table) and PNG plots (latency CDFs, SLO attainment and
+    TTFT p90 against load) into OUT.
+    """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from backend.sim.bench import BenchConfig, run_bench, total_requests, write_outputs
+    from backend.sim.policies import MAIN_POLICIES, POLICIES
+
+    everything = tuple(POLICIES) if pd else MAIN_POLICIES
+    names = everything if policies == "all" else tuple(p.strip() for p in policies.split(","))
+    try:
+        config = BenchConfig(
+            trace=trace,
+            pods=pods,
+            gpu=gpu,
+            pd=pd,
+            layout=layout,
+            loads=tuple(float(x) for x in loads.split(",")),
+            policies=names,
+            seed=seed,
+            ttft_slo_ms=ttft_slo_ms,
+            tpot_slo_ms=tpot_slo_ms,
+            limit=limit,
+            max_model_len=max_model_len,
+            sheddable_fraction=sheddable_fraction,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} requests"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("simulating", total=total_requests(config))
+
+        def done(row: dict[str, object]) -> None:
+            bar.console.print(
+                f"load {row['load']:g} {row['policy']}: SLO met {row['slo_attainment']}, "
+                f"wall {row['wall_s']} s"
+            )
+
+        try:
+            data = run_bench(config, progress=lambda n: bar.advance(task, n), on_result=done)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    for path in write_outputs(data, out):
+        console.print(f"wrote {path}")
+    typer.echo((out / "results.md").read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":

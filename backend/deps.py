@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -74,3 +74,7 @@ def get_session(runtime: RuntimeDep) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+
+
+# Row ids in paths: bounded so that an absurd number is a 422, not a database overflow.
+IdPath = Annotated[int, Path(ge=1, le=2**62, description="Row id.")]

@@ -98,8 +98,37 @@ def validate_body(model: type[M], data: Any, *, json: bool = False) -> M:
     try:
         return model.model_validate_json(data) if json else model.model_validate(data)
     except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise RequestValidationError(errors) from None
+        raise as_request_error(exc) from None
+
+
+def as_request_error(exc: ValidationError) -> RequestValidationError:
+    """A pydantic error about a request body, as FastAPI's own 422."""
+    return RequestValidationError(
+        [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+    )
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: `detail` says what was wrong (upstream's clients read it); for
+    invalid input `errors` lists each problem with the row index and field."""
+
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "The body could not be read (e.g. not UTF-8)."),
+        (401, "A bearer token is required or invalid."),
+        (403, "The token's role or scopes do not allow this."),
+        (404, "Unknown pool or record."),
+        (409, "Already exists."),
+        (413, "Request body too large."),
+        (422, "Invalid input; nothing of it was stored."),
+        (503, "Not ready (no model yet) or the database is unavailable."),
+    )
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -137,6 +137,13 @@ class UISettings(BaseModel):
         description="The Overview flags a model as stale when samples arrived after it and it "
         "is older than this.",
     )
+    whatif_requests: int = Field(
+        1500,
+        ge=50,
+        le=20000,
+        description="Requests of the chosen trace a what-if replays (twice: active and edited "
+        "policy); 1,500 take about 30 s on one core.",
+    )
     frontend_dir: str | None = Field(
         None,
         description="Folder holding the console's templates/ and static/; unset: the checkout's "

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 
-
 # Production mode refuses to start without a shared console session key; tests use this one.
 TEST_SESSION_SECRET = "test-only-session-secret-0123456789abcdef"
 

@@ -144,7 +144,8 @@ def set_role(session: Session, user: User, role: Role) -> User:
 
 
 def set_disabled(session: Session, user: User, disabled: bool) -> User:
-    """A disabled user cannot sign in, and their tokens stop working at once."""
+    """A disabled user cannot sign in, and their tokens stop working (within the few seconds
+    that `backend.auth.tokens.TokenCache` keeps a resolved token)."""
     user.disabled = disabled
     session.flush()
     return user

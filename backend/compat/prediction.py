@@ -22,7 +22,7 @@ from backend.deps import Runtime, RuntimeDep
 from backend.pools.models import DEFAULT_POOL
 from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
 from backend.serving.schemas import BulkPredictionRequest, PredictionRequest
-from backend.serving.service import openapi_body, parse_body, predict_rows
+from backend.serving.service import ensure_known, openapi_body, parse_body, predict_rows
 
 # Upstream's Go client branches on model_type; "xgboost" makes it fetch (and only cache) the
 # tree dumps. Ours are XGBoost trees too (on a physics base for the hybrid kind).
@@ -87,11 +87,6 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
         dependencies=[Depends(scope("predict", upstream=True))],
     )
 
-    def known(runtime: Runtime, pool: str) -> None:
-        if pool != DEFAULT_POOL and pool not in runtime.store.pools():
-            with runtime.sessions() as session:
-                runtime.pools.resolve(session, pool)  # raises PoolNotFound -> 404
-
     @router.post("/predict/bulk/strict", openapi_extra=openapi_body(BulkPredictionRequest))
     async def predict_bulk_strict(
         request: Request, runtime: RuntimeDep, pool: str = pool_param
@@ -102,7 +97,7 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
         try:
             p = predict_rows(runtime.store, pool, body.requests)
         except ModelsNotReady:
-            known(runtime, pool)
+            ensure_known(runtime, pool)
             return _json({"detail": NOT_READY}, 503)
         n = len(body.requests)
         runtime.telemetry.predicted_rows.labels(pool, "strict").inc(n)
@@ -117,7 +112,7 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
             }
         )
 
-    @router.post("/predict/bulk")
+    @router.post("/predict/bulk", openapi_extra=openapi_body(BulkPredictionRequest))
     async def predict_bulk(
         request: Request, runtime: RuntimeDep, pool: str = pool_param
     ) -> Response:
@@ -145,7 +140,7 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
                 for (i, _), out in zip(valid, _rows(p, _meta(runtime, pool)), strict=True):
                     predictions[i] = out
             except ModelsNotReady:
-                known(runtime, pool)
+                ensure_known(runtime, pool)
                 errors.extend({"index": i, "error": NOT_READY, "request": raw[i]} for i, _ in valid)
                 errors.sort(key=lambda e: e["index"])
         ok = sum(p is not None for p in predictions)
@@ -168,13 +163,13 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
         try:
             p = predict_rows(runtime.store, pool, [row])
         except ModelsNotReady:
-            known(runtime, pool)
+            ensure_known(runtime, pool)
             return _json({"detail": NOT_READY}, 503)
         return _json(_rows(p, _meta(runtime, pool))[0])
 
     @router.get("/status")
     def status(runtime: RuntimeDep, pool: str = pool_param) -> Response:
-        known(runtime, pool)
+        ensure_known(runtime, pool)
         return _json(
             {
                 **_meta(runtime, pool),
@@ -186,7 +181,7 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
     @router.post("/reload")
     def reload(runtime: RuntimeDep, pool: str = pool_param) -> Response:
         """Load newly activated models now instead of waiting for the notification or poll."""
-        known(runtime, pool)
+        ensure_known(runtime, pool)
         changed = runtime.sync()
         meta = _meta(runtime, pool)
         return _json(
@@ -203,7 +198,7 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
 
     @router.get("/model/download/info")
     def download_info(runtime: RuntimeDep, pool: str = pool_param) -> Response:
-        known(runtime, pool)
+        ensure_known(runtime, pool)
         meta = _meta(runtime, pool)
         base = "" if pool_dep is default_pool else f"/pools/{pool}"
         evaluation = {}
@@ -235,7 +230,7 @@ def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
     ) -> Response:
         """The served model's trees (`get_dump(dump_format="json")`); `[]` while there is none,
         so the EPP's 60 s refresh does not log an error during warm-up."""
-        known(runtime, pool)
+        ensure_known(runtime, pool)
         served = runtime.store.get(pool, target)
         return _json(served.model.tree_dump() if served is not None else [])
 

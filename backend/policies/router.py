@@ -3,11 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Body, HTTPException, Query, Response, status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from backend.auth.deps import ActorDep, EditorDep
-from backend.deps import RuntimeDep, SessionDep
-from backend.errors import validate_body
+from backend.deps import IdPath, RuntimeDep, SessionDep
+from backend.errors import as_request_error, validate_body
 from backend.policies import service
 from backend.policies.mapping import to_scheduling
 from backend.policies.models import Objective, Policy
@@ -70,7 +70,7 @@ def create_policy(
 
 
 @router.get("/v1/policies/{policy_id}", response_model=PolicyRead)
-def get_policy(policy_id: int, session: SessionDep, _: ActorDep) -> PolicyRead:
+def get_policy(policy_id: IdPath, session: SessionDep, _: ActorDep) -> PolicyRead:
     return _read(_policy(session, policy_id), pool_names(session))
 
 
@@ -80,7 +80,7 @@ def get_policy(policy_id: int, session: SessionDep, _: ActorDep) -> PolicyRead:
     openapi_extra=openapi_body(PolicyUpdate),
 )
 def update_policy(
-    policy_id: int,
+    policy_id: IdPath,
     runtime: RuntimeDep,
     session: SessionDep,
     actor: EditorDep,
@@ -92,14 +92,17 @@ def update_policy(
     """
     fields = validate_body(PolicyUpdate, body).model_dump(exclude_unset=True)
     policy = _policy(session, policy_id)
-    service.update_policy(session, policy, fields, actor)
+    try:
+        service.update_policy(session, policy, fields, actor)
+    except ValidationError as exc:  # e.g. null for a field that must have a value
+        raise as_request_error(exc) from None
     session.commit()
     runtime.policy_cache.invalidate()
     return _read(policy, pool_names(session))
 
 
 @router.get("/v1/policies/{policy_id}/history", response_model=list[PolicyChange])
-def policy_history(policy_id: int, session: SessionDep, _: ActorDep) -> list[PolicyChange]:
+def policy_history(policy_id: IdPath, session: SessionDep, _: ActorDep) -> list[PolicyChange]:
     """Every version, newest first: who, when, and each changed field's old and new value."""
     policy = _policy(session, policy_id)
     return [
@@ -121,7 +124,11 @@ class RestoreRequest(BaseModel):
 
 @router.post("/v1/policies/{policy_id}/restore", response_model=PolicyRead)
 def restore_policy(
-    policy_id: int, body: RestoreRequest, runtime: RuntimeDep, session: SessionDep, actor: EditorDep
+    policy_id: IdPath,
+    body: RestoreRequest,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: EditorDep,
 ) -> PolicyRead:
     """Make an earlier version current again; recorded as a new version."""
     policy = _policy(session, policy_id)
@@ -184,13 +191,13 @@ def _objective(session: SessionDep, objective_id: int) -> Objective:
 
 
 @router.get("/v1/objectives/{objective_id}", response_model=ObjectiveRead, tags=["objectives"])
-def get_objective(objective_id: int, session: SessionDep, _: ActorDep) -> ObjectiveRead:
+def get_objective(objective_id: IdPath, session: SessionDep, _: ActorDep) -> ObjectiveRead:
     return _objective_read(_objective(session, objective_id), pool_names(session))
 
 
 @router.put("/v1/objectives/{objective_id}", response_model=ObjectiveRead, tags=["objectives"])
 def update_objective(
-    objective_id: int,
+    objective_id: IdPath,
     body: ObjectiveUpdate,
     runtime: RuntimeDep,
     session: SessionDep,
@@ -204,7 +211,7 @@ def update_objective(
 
 @router.delete("/v1/objectives/{objective_id}", status_code=204, tags=["objectives"])
 def delete_objective(
-    objective_id: int, runtime: RuntimeDep, session: SessionDep, _: EditorDep
+    objective_id: IdPath, runtime: RuntimeDep, session: SessionDep, _: EditorDep
 ) -> Response:
     session.delete(_objective(session, objective_id))
     session.commit()
@@ -213,7 +220,7 @@ def delete_objective(
 
 
 @router.get("/v1/policies/{policy_id}/epp-config", response_class=Response)
-def epp_config(policy_id: int, session: SessionDep, _: ActorDep) -> Response:
+def epp_config(policy_id: IdPath, session: SessionDep, _: ActorDep) -> Response:
     """The llm-d router's EndpointPickerConfig (YAML) for this policy, ready to apply."""
     policy = _policy(session, policy_id)
     scheduling = to_scheduling(PolicySpec.model_validate(policy.spec))

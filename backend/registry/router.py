@@ -5,7 +5,7 @@ from typing import Literal
 from fastapi import APIRouter, HTTPException, Query
 
 from backend.auth.deps import ActorDep, EditorDep
-from backend.deps import RuntimeDep, SessionDep
+from backend.deps import IdPath, RuntimeDep, SessionDep
 from backend.predictor.models import HybridModel, load_model
 from backend.registry import service
 from backend.registry.models import ModelVersion
@@ -62,7 +62,7 @@ def _get(session: SessionDep, version_id: int) -> ModelVersion:
 
 
 @router.get("/{version_id}", response_model=ModelVersionDetail)
-def get_model(version_id: int, session: SessionDep, _: ActorDep) -> ModelVersionDetail:
+def get_model(version_id: IdPath, session: SessionDep, _: ActorDep) -> ModelVersionDetail:
     """One version, with feature importances and (hybrid) the physics base's coefficients."""
     version = _get(session, version_id)
     model = load_model(version.artifact)
@@ -77,7 +77,7 @@ def get_model(version_id: int, session: SessionDep, _: ActorDep) -> ModelVersion
 
 @router.post("/{version_id}/activate", response_model=ModelVersionRead)
 def activate_model(
-    version_id: int, runtime: RuntimeDep, session: SessionDep, _: EditorDep
+    version_id: IdPath, runtime: RuntimeDep, session: SessionDep, _: EditorDep
 ) -> ModelVersionRead:
     """Serve this version (e.g. roll back to an earlier one); every replica swaps within ~1 s."""
     version = _get(session, version_id)

@@ -20,26 +20,12 @@ from backend.predictor.evaluation import evaluate
 from backend.predictor.models import LatencyModel, load_model
 from backend.predictor.training import TrainResult, predict_columns
 from backend.registry.models import ActiveModel, ModelVersion
-from backend.samples.models import Sample, Target
+from backend.samples.models import WINDOW_FEATURES, Sample, Target
 from backend.samples.schemas import POD_TYPE_NAMES
 from backend.settings import TrainingSettings
 
-# Window columns read for training, in this order; the last three are label, flag and id.
-_WINDOW_FEATURES = (
-    "kv_cache_percentage",
-    "input_token_length",
-    "num_request_waiting",
-    "num_request_running",
-    "num_tokens_generated",
-    "prefix_cache_score",
-    "pod_type",
-    "prefill_tokens_in_flight",
-    "decode_tokens_in_flight",
-    "encoder_input_size",
-    "encoder_matched_size",
-)
 _WINDOW_SELECT = (
-    f"SELECT {', '.join(_WINDOW_FEATURES)}, latency_ms, is_test, id, pod_class FROM samples"
+    f"SELECT {', '.join(WINDOW_FEATURES)}, latency_ms, is_test, id, pod_class FROM samples"
 )
 
 assert POD_TYPE_NAMES[0] == ""  # pod_type is stored as its code, which is what features expect
@@ -58,27 +44,30 @@ class Window:
 
 
 def read_window(session: Session, pool_id: int, target: Target) -> Window:
-    """Every row of a (pool, target) window as columns (call after trimming).
+    """Every row of a (pool, target) window as columns (call after trimming)."""
+    return _read(session, pool_id, target)
 
-    Read through the raw DB-API cursor: plain tuples straight into numpy are several times
-    faster than building SQLAlchemy rows for 100,000 samples. The two ids are ints we own, so
-    formatting them into the statement is safe (and sidesteps the drivers' paramstyles).
-    """
+
+def _read(session: Session, pool_id: int, target: Target, where: str = "") -> Window:
+    """Window rows as columns, through the raw DB-API cursor: plain tuples straight into numpy
+    are several times faster than building SQLAlchemy rows for 100,000 samples. The ids are
+    ints we own, so formatting them into the statement is safe (and sidesteps the drivers'
+    paramstyles); `where` is SQL of this module's own making."""
     cursor = session.connection().connection.cursor()
     try:
         cursor.execute(
-            f"{_WINDOW_SELECT} WHERE pool_id = {int(pool_id)} AND target = {int(target)}"
+            f"{_WINDOW_SELECT} WHERE pool_id = {int(pool_id)} AND target = {int(target)}{where}"
         )
         rows = cursor.fetchall()
     finally:
         cursor.close()
-    width = len(_WINDOW_FEATURES) + 3
+    width = len(WINDOW_FEATURES) + 3
     # The pod class is the only text column: split it off before the numeric conversion.
     classes = np.array([r[-1] for r in rows], dtype=object)
     data = np.array([r[:-1] for r in rows], dtype=np.float64).reshape(len(rows), width)
-    cols: dict[str, npt.NDArray[Any]] = {n: data[:, i] for i, n in enumerate(_WINDOW_FEATURES)}
+    cols: dict[str, npt.NDArray[Any]] = {n: data[:, i] for i, n in enumerate(WINDOW_FEATURES)}
     cols["pod_class"] = classes
-    n = len(_WINDOW_FEATURES)
+    n = len(WINDOW_FEATURES)
     max_id = int(data[:, n + 2].max()) if len(rows) else 0
     return Window(cols, data[:, n], data[:, n + 1].astype(bool), max_id)
 
@@ -278,23 +267,13 @@ def pool_names(session: Session) -> dict[int, str]:
     return {pool_id: name for pool_id, name in session.execute(select(Pool.id, Pool.name))}
 
 
-def read_held_out(session: Session, pool_id: int, target: Target) -> Window:
-    """Only the held-out rows of a (pool, target) window, as `read_window` returns them (the
-    console scores the active model on them without reading the whole window)."""
-    cursor = session.connection().connection.cursor()
-    try:
-        cursor.execute(
-            f"{_WINDOW_SELECT} WHERE pool_id = {int(pool_id)} AND target = {int(target)}"
-            " AND is_test"
-        )
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    width = len(_WINDOW_FEATURES) + 3
-    classes = np.array([r[-1] for r in rows], dtype=object)
-    data = np.array([r[:-1] for r in rows], dtype=np.float64).reshape(len(rows), width)
-    cols: dict[str, npt.NDArray[Any]] = {n: data[:, i] for i, n in enumerate(_WINDOW_FEATURES)}
-    cols["pod_class"] = classes
-    n = len(_WINDOW_FEATURES)
-    max_id = int(data[:, n + 2].max()) if len(rows) else 0
-    return Window(cols, data[:, n], data[:, n + 1].astype(bool), max_id)
+def read_held_out(session: Session, pool_id: int, target: Target, one_in: int = 1) -> Window:
+    """The held-out rows of a (pool, target) window, as `read_window` returns them; with
+    `one_in` > 1 about one in that many, picked by a multiplicative (Fibonacci) hash of the id.
+    The id is in the window's index, so the rows left out are never read. A plain `id % n`
+    would not do: consecutive ids alternate between targets (and pools), so it could pick all
+    of one target and none of the other. The console scores the active model on these rows."""
+    keep = ""
+    if one_in > 1:
+        keep = f" AND ((id % 65536) * 40503) % 65536 < {-(-65536 // int(one_in))}"
+    return _read(session, pool_id, target, f" AND is_test{keep}")

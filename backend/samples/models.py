@@ -42,8 +42,9 @@ class Sample(Base):
 
     __tablename__ = "samples"
     __table_args__ = (
-        # Serves trimming (newest `cap` per bucket), per-bucket counts and the training read.
-        Index("ix_samples_window", "pool_id", "target", "bucket", "id"),
+        # Serves trimming (newest `cap` per bucket, in id order) and the training read; is_test
+        # last so that per-bucket train/test counts are index-only scans.
+        Index("ix_samples_window", "pool_id", "target", "bucket", "id", "is_test"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -69,12 +70,9 @@ class Sample(Base):
     observed_at: Mapped[datetime] = mapped_column()
 
 
-# Column order used by ingestion (COPY and executemany) and by the benchmark's COPY ceiling.
-SAMPLE_COLUMNS: tuple[str, ...] = (
-    "pool_id",
-    "target",
-    "bucket",
-    "is_test",
+# The wire features as stored, in the order ingestion writes them and training reads them
+# (pod_type as its integer code).
+WINDOW_FEATURES: tuple[str, ...] = (
     "kv_cache_percentage",
     "input_token_length",
     "num_request_waiting",
@@ -86,6 +84,15 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "decode_tokens_in_flight",
     "encoder_input_size",
     "encoder_matched_size",
+)
+
+# Column order used by ingestion (COPY and executemany) and by the benchmark's COPY ceiling.
+SAMPLE_COLUMNS: tuple[str, ...] = (
+    "pool_id",
+    "target",
+    "bucket",
+    "is_test",
+    *WINDOW_FEATURES,
     "pod_class",
     "latency_ms",
     "predicted_ms",

@@ -14,7 +14,7 @@ from backend.serving.schemas import (
     PredictionRequest,
     PredictResponse,
 )
-from backend.serving.service import openapi_body, parse_body, predict_rows
+from backend.serving.service import ensure_known, openapi_body, parse_body, predict_rows
 
 router = APIRouter(prefix="/v1", tags=["predict"], dependencies=[Depends(scope("predict"))])
 
@@ -37,6 +37,7 @@ def _predict(runtime: RuntimeDep, pool: str, rows: list[PredictionRequest]) -> P
     try:
         return predict_rows(runtime.store, pool, rows)
     except ModelsNotReady:
+        ensure_known(runtime, pool)
         raise HTTPException(
             503, f"no TTFT model is active for pool {pool!r} yet (see GET /v1/models)"
         ) from None

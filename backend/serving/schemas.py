@@ -9,23 +9,13 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.samples.models import WINDOW_FEATURES
 from backend.samples.schemas import MAX_BULK_ROWS, POD_TYPE_CODES, Features
 
 PredictionRequest = Features
 
-# Wire fields handed to the feature builders, as float64 columns.
-_NUMERIC_FIELDS = (
-    "kv_cache_percentage",
-    "input_token_length",
-    "num_request_waiting",
-    "num_request_running",
-    "num_tokens_generated",
-    "prefix_cache_score",
-    "prefill_tokens_in_flight",
-    "decode_tokens_in_flight",
-    "encoder_input_size",
-    "encoder_matched_size",
-)
+# Wire fields handed to the feature builders as float64 columns (pod_type is a string here).
+_NUMERIC_FIELDS = tuple(f for f in WINDOW_FEATURES if f != "pod_type")
 
 
 def columns(rows: list[Features]) -> dict[str, npt.NDArray[Any]]:

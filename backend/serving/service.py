@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel
 
+from backend.deps import Runtime
 from backend.errors import validate_body
 from backend.predictor.serving import ModelStore, Predictions, predict_both
 from backend.samples.schemas import Features
@@ -21,14 +22,37 @@ async def parse_body(request: Request, model: type[M]) -> M:
 
 
 def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
-    """Document a body that a route parses itself (see parse_body)."""
+    """Document a body that a route parses itself (see parse_body); nested models inlined, as
+    an operation's schema cannot point into pydantic's `$defs`."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
+            "content": {"application/json": {"schema": inline(schema)}},
         }
     }
 
 
 def predict_rows(store: ModelStore, pool: str, rows: list[Features]) -> Predictions:
     return predict_both(store, pool, columns(rows))
+
+
+def ensure_known(runtime: Runtime, pool: str) -> None:
+    """Raise PoolNotFound (a 404) for a pool that does not exist: "no model yet" (503) is only
+    for real pools. From memory once the pool has been seen."""
+    if pool in runtime.store.pools() or runtime.pools.cached(pool) is not None:
+        return
+    with runtime.sessions() as session:
+        runtime.pools.resolve(session, pool)

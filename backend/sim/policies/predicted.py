@@ -1,0 +1,262 @@
+"""Predicted-latency routing through Headroom's scheduling library, trained online.
+
+One class serves both llm-d's chain as upstream ships it and ours; they differ only in their
+``PredictedConfig``. Per request the router builds the upstream wire features of every
+candidate (scraped gauges, its own in-flight counts, a prefix score), calls
+``backend.scheduling.schedule`` with the online predictor, and remembers the chosen pod's
+features; the measured TTFT and TPOT come back as training samples.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from backend.predictor.features import POD_TYPE_CODES
+from backend.predictor.models import Kind, TrainParams
+from backend.scheduling import Candidate, SchedulingRequest, TransferModel, schedule
+from backend.scheduling.types import Distance, Policy
+from backend.sim.online import OnlinePredictor, columns
+from backend.sim.policies.base import Route, RoutingPolicy, Row
+from backend.sim.policies.prefix_index import ApproxPrefixIndex
+from backend.sim.router import RouterView
+from backend.sim.server import Request
+from backend.sim.traces.loader import UNIT_TOKENS
+
+LIVE_BIN_S = 60.0
+
+
+@dataclass(frozen=True)
+class PredictedConfig:
+    policy: Policy = field(default_factory=Policy)
+    kind: Kind = "hybrid"
+    params: TrainParams | None = None
+    prefix: Literal["approx", "precise"] = "approx"
+    """approx: llm-d's routing-history index; precise: the pods' caches (KV events)."""
+    pd_ttft_label: Literal["client", "prefill"] = "client"
+    """P/D TTFT sample: what the client saw (upstream: transfer smeared into the label) or the
+    prefill pod's own time (ours: transfer is learned apart by the TransferModel)."""
+    learn_transfer: bool = False
+    send_slo: bool = True
+    """Requests carry the run's SLO headers; without them the chain picks the lowest predicted
+    latency (upstream's routing-only mode, as in its published benchmark)."""
+    train_tpot: bool = True
+    """The routing-only mode trains TTFT only."""
+    per_class: bool = False
+    """One model per GPU class (profile) rather than one per pool: in the service, a pool per
+    class. The wire features carry no GPU class, so one model averages A100 and H100 pods."""
+
+
+class PredictedLatency(RoutingPolicy):
+    learns = True
+
+    def __init__(self, name: str, reproduces: str, config: PredictedConfig, seed: int = 0) -> None:
+        super().__init__()
+        self.name = name
+        self.reproduces = reproduces
+        self.config = config
+        self._seed = seed
+        self.predictors: dict[str, OnlinePredictor] = {}
+        self._class_of: list[str] = []  # per pod: its predictor's key
+        self.transfer = TransferModel(config.policy.transfer)
+        self._index: ApproxPrefixIndex | None = None
+        self._names: list[str] = []
+        self._pods: list[int] = []
+        self._cols: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
+        self._pred: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+        self.decisions = 0
+        self.fallbacks = 0
+        self.shed = 0
+        self._live: dict[str, dict[int, list[float]]] = {"ttft": {}, "tpot": {}}
+
+    def bind(self, view: RouterView) -> None:
+        super().bind(view)
+        self._names = [s.name for s in view.servers]
+        self._pods = (
+            (view.prefill_pods + view.decode_pods) if view.disaggregated else list(view.decode_pods)
+        )
+        self._class_of = [s.profile.name if self.config.per_class else "" for s in view.servers]
+        for key in dict.fromkeys(self._class_of):
+            self.predictors[key] = OnlinePredictor(
+                kind=self.config.kind, params=self.config.params, seed=self._seed
+            )
+        if self.config.prefix == "approx":
+            caps = [s.profile.kv_capacity_tokens // UNIT_TOKENS for s in view.servers]
+            self._index = ApproxPrefixIndex(len(view.servers), caps)
+
+    def _prefix_scores(self, req: Request) -> list[float]:
+        if self._index is not None:
+            return self._index.scores(req.units, self._pods)
+        servers, total = self.view.servers, len(req.units) or 1
+        return [servers[p].prefix_hit_units(req.units) / total for p in self._pods]
+
+    def _predict(
+        self, candidates: object, request: object
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        # The library calls back with the candidates it was given, in order: the columns were
+        # built for exactly those when the candidates were.
+        if len(self.predictors) == 1:
+            self._pred = next(iter(self.predictors.values())).predict(self._cols)
+            return self._pred
+        classes = [self._class_of[p] for p in self._pods]
+        ttft = np.empty(len(classes))
+        tpot = np.empty(len(classes))
+        for key, predictor in self.predictors.items():
+            mask = np.asarray([c == key for c in classes])
+            if mask.any():
+                sub = {name: col[mask] for name, col in self._cols.items()}
+                ttft[mask], tpot[mask] = predictor.predict(sub)
+        self._pred = (ttft, tpot)
+        return self._pred
+
+    def _ready(self) -> bool:
+        return all(p.ready() for p in self.predictors.values())
+
+    def route(self, req: Request) -> Route:
+        v = self.view
+        pods = self._pods
+        prefix = self._prefix_scores(req)
+        rows: list[Row] = []
+        candidates = []
+        for p, pre in zip(pods, prefix, strict=True):
+            g = v.scraped(p)
+            server = v.servers[p]
+            row = (
+                g.kv_cache_usage,
+                float(req.prompt),
+                float(g.num_waiting),
+                float(g.num_running),
+                pre,
+                float(v.prefill_inflight[p]),
+                float(v.decode_inflight[p]),
+                1.0,
+                float(POD_TYPE_CODES[server.role]),
+            )
+            rows.append(row)
+            candidates.append(
+                Candidate(
+                    name=server.name,
+                    kv_cache_percentage=g.kv_cache_usage,
+                    input_token_length=req.prompt,
+                    num_request_waiting=g.num_waiting,
+                    num_request_running=g.num_running,
+                    prefix_cache_score=pre,
+                    prefill_tokens_in_flight=v.prefill_inflight[p],
+                    decode_tokens_in_flight=v.decode_inflight[p],
+                    role=server.role,  # type: ignore[arg-type]
+                    pod_class=server.profile.name,
+                    topology=server.topology,
+                    dispatched_requests=v.dispatched[p],
+                )
+            )
+        self._cols = columns(np.asarray(rows, dtype=np.float64))
+        self._pred = None
+        request = SchedulingRequest(
+            prompt_tokens=req.prompt,
+            ttft_slo_ms=v.slo.ttft_ms if self.config.send_slo else None,
+            tpot_slo_ms=v.slo.tpot_ms if self.config.send_slo else None,
+            priority=req.priority,
+            stream=True,
+            seed=v.rng.getrandbits(32),
+        )
+        decision = schedule(
+            request,
+            candidates,
+            self.config.policy,
+            self._predict if self._ready() else None,
+            transfer_model=self.transfer,
+        )
+        self.decisions += 1
+        self.fallbacks += decision.fallback
+        if not decision.admitted or decision.chosen is None:
+            self.shed += 1
+            return Route(pods[0], shed=True, reason=decision.reason)
+        where = {name: i for i, name in enumerate(self._names[p] for p in pods)}
+        d = where[decision.chosen]
+        p = where[decision.prefill] if decision.prefill is not None else d
+        pred_ok = self._pred is not None and not decision.fallback
+        return Route(
+            pods[d],
+            prefill=pods[p] if decision.prefill is not None else None,
+            uncached=round(req.prompt * (1.0 - prefix[p])),
+            ttft_ms=float(self._pred[0][p]) if pred_ok and self._pred else math.nan,
+            tpot_ms=float(self._pred[1][d]) if pred_ok and self._pred else math.nan,
+            ttft_row=rows[p],
+            tpot_row=rows[d],
+        )
+
+    def on_dispatch(self, req: Request, route: Route, now: float) -> None:
+        if self._index is not None:
+            self._index.add(route.pod, req.units)
+            if route.prefill is not None:
+                self._index.add(route.prefill, req.units)
+
+    def _sample(self, target: Literal["ttft", "tpot"], route: Route, now: float, ms: float) -> None:
+        row = route.ttft_row if target == "ttft" else route.tpot_row
+        if row is None:
+            return
+        pod = route.prefill if target == "ttft" and route.prefill is not None else route.pod
+        self.predictors[self._class_of[pod]].add(target, row, ms)
+        predicted = route.ttft_ms if target == "ttft" else route.tpot_ms
+        if math.isfinite(predicted) and ms > 0:
+            self._live[target].setdefault(int(now // LIVE_BIN_S), []).append(
+                abs(predicted - ms) / ms
+            )
+
+    def on_first_token(self, req: Request, route: Route, now: float, ttft_ms: float) -> None:
+        if route.prefill is None or self.config.pd_ttft_label == "client":
+            self._sample("ttft", route, now, ttft_ms)
+
+    def on_handoff(self, req: Request, route: Route, now: float, prefill_ms: float) -> None:
+        if self.config.pd_ttft_label == "prefill":
+            self._sample("ttft", route, now, prefill_ms)
+
+    def on_transfer(self, kv_bytes: int, distance: Distance, ms: float) -> None:
+        if self.config.learn_transfer:
+            self.transfer.observe(kv_bytes, distance, ms)
+
+    def on_done(self, req: Request, route: Route, now: float, tpot_ms: float | None) -> None:
+        if tpot_ms is not None and self.config.train_tpot:
+            self._sample("tpot", route, now, tpot_ms)
+
+    def tick(self, now: float) -> None:
+        for predictor in self.predictors.values():
+            predictor.retrain(now)
+
+    def summary(self) -> dict[str, Any]:
+        live = {
+            target: [
+                {"time_s": b * LIVE_BIN_S, "mape": round(float(np.mean(v)), 4), "n": len(v)}
+                for b, v in sorted(bins.items())
+            ]
+            for target, bins in self._live.items()
+        }
+        return {
+            "decisions": self.decisions,
+            "fallback_decisions": self.fallbacks,
+            "shed_by_admitter": self.shed,
+            "predictor": self._predictor_summary(),
+            "live_mape": live,
+            "scheduling_policy": self.config.policy.to_dict(),
+            "prefix_index": self.config.prefix,
+        }
+
+    def _predictor_summary(self) -> dict[str, Any]:
+        parts = {key or "pool": p.summary() for key, p in self.predictors.items()}
+        if len(parts) == 1:
+            return next(iter(parts.values()))
+        first = next(iter(parts.values()))
+        return {
+            "kind": first["kind"],
+            "per_class": True,
+            "fits": sum(p["fits"] for p in parts.values()),
+            "activated": sum(p["activated"] for p in parts.values()),
+            "fit_seconds_total": round(sum(p["fit_seconds_total"] for p in parts.values()), 3),
+            "window_rows": {
+                t: sum(p["window_rows"][t] for p in parts.values()) for t in ("ttft", "tpot")
+            },
+            "classes": parts,
+        }

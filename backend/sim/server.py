@@ -1,0 +1,478 @@
+"""One model-server pod: vLLM-style continuous batching with chunked prefill, in macro steps.
+
+Each iteration (vLLM V1's scheduler, simplified):
+
+1. every running request that has finished its prefill decodes one token; if the KV cache has no
+   block for a token, the most recently admitted running request is preempted (recompute mode:
+   its blocks are released and it goes back to the head of the queue);
+2. running requests part-way through a prefill take the next chunk of the token budget
+   (``max_num_batched_tokens``) left over;
+3. waiting requests are admitted first come first served while budget, sequence slots
+   (``max_num_seqs``) and KV blocks last. **Admission control**: a request is admitted only when
+   blocks for its whole prompt are free (after its prefix hit), less a 1 % watermark; the head
+   of the queue blocks the rest. So prefill never runs out of KV; decode growth can, and is
+   handled by preemption.
+
+The event loop never steps one token at a time: while no prefill is scheduled, the batch
+changes only when a request finishes, so the pod plans a *run* of decode iterations up to the
+first finish (at most ``MAX_DECODE_RUN``) and reports only its end. An arrival in the middle
+cuts the run at the next iteration boundary (a new request joins at an iteration boundary, as
+in vLLM).
+
+Prefill/decode disaggregation: a *prefill-only* request leaves its pod when its prefill is
+done (``Handoff``); its decode pod later receives it *remote-prefilled* (the KV was pulled): it
+needs blocks for its prompt but no prefill compute, and its first decode iteration emits the
+first token.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from backend.scheduling.types import Topology
+from backend.sim.cost import StepCost
+from backend.sim.gpu import GpuProfile
+from backend.sim.kvcache import BLOCK_TOKENS, KvCache, blocks
+from backend.sim.traces.loader import UNIT_TOKENS
+
+MAX_DECODE_RUN: Final = 64
+WATERMARK: Final = 0.01  # vLLM keeps 1 % of blocks free when admitting
+
+
+class Request:
+    """One trace row, as the router receives it."""
+
+    __slots__ = ("arrival", "output", "priority", "prompt", "rid", "units")
+
+    def __init__(
+        self, rid: int, arrival: float, prompt: int, output: int, units: list[int], priority: int
+    ) -> None:
+        self.rid = rid
+        self.arrival = arrival
+        self.prompt = prompt
+        self.output = output
+        self.units = units
+        self.priority = priority
+
+
+class Seq:
+    """A request's state on one pod."""
+
+    __slots__ = (
+        "computed",
+        "ctx",
+        "first_token",
+        "generated",
+        "held",
+        "hit_tokens",
+        "preemptions",
+        "prefill_only",
+        "prefilled",
+        "private",
+        "remote",
+        "req",
+        "target",
+    )
+
+    def __init__(self, req: Request, *, prefill_only: bool = False) -> None:
+        self.req = req
+        self.prefill_only = prefill_only
+        self.remote = False  # KV arrives by transfer; no prefill compute here
+        self.target = req.prompt  # tokens to prefill (prompt, plus generated after a preemption)
+        self.computed = 0  # of target, prefix hit included
+        self.ctx = 0  # tokens held in KV once prefilled
+        self.generated = 0
+        self.prefilled = False
+        self.held: list[int] = []  # prefix units referenced, a prefix of req.units
+        self.private = 0  # blocks owned alone (prompt blocks not yet cached units, decode blocks)
+        self.hit_tokens = -1  # prefix-cache hit at first admission; -1 until admitted
+        self.first_token: float | None = None
+        self.preemptions = 0
+
+    def clone(self) -> Seq:
+        other = Seq.__new__(Seq)
+        for name in Seq.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.held = list(self.held)
+        return other
+
+
+@dataclass(frozen=True, slots=True)
+class FirstToken:
+    seq: Seq
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    seq: Seq
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """A prefill-only request's prefill finished; its KV is ready to be pulled."""
+
+    seq: Seq
+    time: float
+
+
+Outcome = FirstToken | Done | Handoff
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """What the pod's /metrics endpoint exposes (vLLM's gauges)."""
+
+    kv_cache_usage: float
+    num_waiting: int
+    num_running: int
+
+
+class Server:
+    """One pod. ``enqueue`` and ``advance`` return the time of the pod's next event (or None
+    when idle); the event loop calls ``advance`` at that time unless ``version`` moved on."""
+
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        profile: GpuProfile,
+        *,
+        role: str = "",
+        topology: Topology | None = None,
+        max_context: int = 131_072,
+    ) -> None:
+        self.index = index
+        self.name = name
+        self.profile = profile
+        self.role = role
+        self.topology = topology
+        self.cost = StepCost(profile, max_context)
+        self.kv = KvCache(profile.kv_capacity_tokens // BLOCK_TOKENS)
+        self.budget = profile.max_num_batched_tokens
+        self.max_seqs = profile.max_num_seqs
+        self.watermark = int(WATERMARK * self.kv.capacity)
+        self.running: list[Seq] = []
+        self.waiting: deque[Seq] = deque()
+        self.version = 0
+        # The run in progress: decoders, prefill chunks (seq, tokens), iteration end times.
+        self._decoders: list[Seq] = []
+        self._chunks: list[tuple[Seq, int]] = []
+        self._ends: list[float] = []
+        self._steps = 0
+        self.busy = False
+        self.iterations = 0
+        self.preemptions = 0
+        # Gauge history for the router's scrapes: (time, metrics) at every change.
+        self._snap_t: list[float] = [0.0]
+        self._snap_v: list[Metrics] = [Metrics(0.0, 0, 0)]
+
+    # ---- what the outside sees -------------------------------------------------------------
+
+    def metrics(self) -> Metrics:
+        return Metrics(self.kv.used / self.kv.capacity, len(self.waiting), len(self.running))
+
+    def metrics_at(self, t: float) -> Metrics:
+        """The gauges as they stood at time ``t`` (a scrape instant in the past)."""
+        i = bisect.bisect_right(self._snap_t, t) - 1
+        return self._snap_v[max(i, 0)]
+
+    def forget_before(self, t: float) -> None:
+        """Drop gauge history no scrape at or after ``t`` can ask for."""
+        i = bisect.bisect_right(self._snap_t, t) - 1
+        if i > 1024:
+            del self._snap_t[:i]
+            del self._snap_v[:i]
+
+    def _snapshot(self, now: float) -> None:
+        m = self.metrics()
+        if self._snap_t[-1] == now:
+            self._snap_v[-1] = m
+        else:
+            self._snap_t.append(now)
+            self._snap_v.append(m)
+
+    def prefix_hit_units(self, units: list[int]) -> int:
+        """Leading units of a prompt cached here right now (what KV events would report)."""
+        return self.kv.leading_run(units)
+
+    # ---- events ------------------------------------------------------------------------------
+
+    def enqueue(self, seq: Seq, now: float) -> float | None:
+        """A request arrives. Returns the pod's new next-event time if it changed."""
+        self.waiting.append(seq)
+        self._snapshot(now)
+        if not self.busy:
+            return self._plan(now)
+        if self._chunks or self._steps <= 1:
+            return None
+        # Cut a decode run at the iteration in progress so that the newcomer can join.
+        idx = bisect.bisect_left(self._ends, now)
+        if idx >= self._steps - 1:
+            return None
+        keep = idx + 1
+        for s in self._decoders:
+            back = blocks(s.ctx + self._steps) - blocks(s.ctx + keep)
+            s.private -= back
+            self.kv.release(back)
+        self._steps = keep
+        return self._ends[idx]
+
+    def advance(self, now: float, out: list[Outcome]) -> float | None:
+        """Finish the current run (its end is ``now``), append what happened to ``out``, and
+        plan the next run."""
+        steps, ends = self._steps, self._ends
+        self.iterations += steps
+        finished = False
+        for s in self._decoders:
+            if s.generated == 0:
+                s.first_token = ends[0]
+                out.append(FirstToken(s, ends[0]))
+            s.generated += steps
+            s.ctx += steps
+            if s.generated >= s.req.output:
+                self._finish(s)
+                out.append(Done(s, now))
+                finished = True
+        for s, n in self._chunks:
+            s.computed += n
+            if s.computed < s.target:
+                continue
+            self._cache_prompt(s)
+            s.prefilled = True
+            s.ctx = s.target
+            if s.prefill_only:
+                self._finish(s)
+                out.append(Handoff(s, now))
+                finished = True
+                continue
+            s.generated += 1
+            if s.first_token is None:
+                s.first_token = now
+                out.append(FirstToken(s, now))
+            if s.generated >= s.req.output:
+                self._finish(s)
+                out.append(Done(s, now))
+                finished = True
+        if finished:
+            self.running = [s for s in self.running if s.private >= 0]
+        return self._plan(now)
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _finish(self, s: Seq) -> None:
+        self._release(s)
+        s.private = -1  # marks it for removal from `running`
+
+    def _release(self, s: Seq) -> None:
+        self.kv.release(s.private)
+        s.private = 0
+        for h in reversed(s.held):
+            self.kv.unref(h)
+        s.held = []
+
+    def _cache_prompt(self, s: Seq) -> None:
+        """Prefill done: the prompt's blocks become cached prefix units."""
+        units, prompt = s.req.units, s.req.prompt
+        for i in range(len(s.held), len(units)):
+            size = blocks(min(UNIT_TOKENS, prompt - UNIT_TOKENS * i))
+            self.kv.adopt(units[i], size)
+            s.private -= size
+            s.held.append(units[i])
+
+    def _preempt(self, s: Seq) -> None:
+        self._release(s)
+        s.preemptions += 1
+        self.preemptions += 1
+        s.target = s.req.prompt + s.generated
+        s.computed = 0
+        s.ctx = 0
+        s.prefilled = False
+        s.remote = False  # recomputed here from now on
+        self.waiting.appendleft(s)
+
+    def _admit(self, s: Seq, reserve: int) -> bool:
+        """Reserve KV for ``s`` if its blocks fit beside ``reserve`` blocks already promised."""
+        kv = self.kv
+        units = s.req.units
+        run = kv.leading_run(units)
+        hit = units[:run]
+        hit_blocks = sum(kv.size[h] for h in hit)
+        need = blocks(s.target) - hit_blocks
+        if s.remote:
+            need += blocks(s.target + 1) - blocks(s.target)  # its first decode token
+        if need + reserve + self.watermark > kv.available() - kv.evictable_in(hit):
+            return False
+        for h in hit:
+            kv.ref(h)
+        s.held = hit
+        if s.remote:
+            kv.allocate(blocks(s.target) - hit_blocks)
+            s.private = blocks(s.target) - hit_blocks
+            self._cache_prompt(s)
+            s.prefilled = True
+            s.computed = s.target
+            s.ctx = s.target
+        else:
+            kv.allocate(need)
+            s.private = need
+            hit_tokens = min(run * UNIT_TOKENS, s.req.prompt)
+            s.computed = min(hit_tokens, s.target - 1)  # the last token is always computed
+        if s.hit_tokens < 0:
+            s.hit_tokens = min(run * UNIT_TOKENS, s.req.prompt) if not s.remote else -2
+        return True
+
+    def _decode_need(self, decoders: list[Seq], steps: int) -> int:
+        return sum(blocks(s.ctx + steps) - blocks(s.ctx) for s in decoders)
+
+    def _plan(self, now: float) -> float | None:
+        kv = self.kv
+        decoders = [s for s in self.running if s.prefilled]
+        preempted = False
+        while decoders and self._decode_need(decoders, 1) > kv.available():
+            if len(self.running) == 1:
+                # Only possible for a request whose context outgrows the whole cache, which the
+                # simulator rules out by clipping traces to the pods' capacity.
+                raise RuntimeError(f"{self.name}: one request outgrew the KV cache")
+            victim = self.running.pop()
+            if victim.prefilled:
+                decoders.remove(victim)
+            self._preempt(victim)
+            preempted = True
+        budget = self.budget - len(decoders)
+        chunks: list[tuple[Seq, int]] = []
+        for s in self.running:
+            if budget <= 0:
+                break
+            if not s.prefilled:
+                n = min(s.target - s.computed, budget)
+                chunks.append((s, n))
+                budget -= n
+        reserve = self._decode_need(decoders, 1)
+        # vLLM admits nothing in an iteration that had to preempt.
+        while (
+            not preempted
+            and self.waiting
+            and budget > 0
+            and len(self.running) < self.max_seqs
+            and self._admit(self.waiting[0], reserve)
+        ):
+            s = self.waiting.popleft()
+            self.running.append(s)
+            if s.prefilled:
+                decoders.append(s)
+                budget -= 1
+                reserve += blocks(s.ctx + 1) - blocks(s.ctx)
+            else:
+                n = min(s.target - s.computed, budget)
+                chunks.append((s, n))
+                budget -= n
+        self._decoders, self._chunks = decoders, chunks
+        if not decoders and not chunks:
+            self.busy = False
+            self._steps = 0
+            self._snapshot(now)
+            return None
+        self.busy = True
+        kv_tokens = sum(s.ctx for s in decoders)
+        if chunks:
+            steps = 1
+            ms = self.cost.step([(n, s.computed) for s, n in chunks], len(decoders), kv_tokens)
+            self._ends = [now + ms / 1000.0]
+        else:
+            steps = min(MAX_DECODE_RUN, min(s.req.output - s.generated for s in decoders))
+            avail = kv.available()
+            if self._decode_need(decoders, steps) > avail:
+                lo, hi = 1, steps  # need(lo) fits (checked above); find the longest run that does
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if self._decode_need(decoders, mid) <= avail:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                steps = lo
+            costs = self.cost.decode_run(len(decoders), kv_tokens, steps)
+            ends = now + costs.cumsum() / 1000.0
+            self._ends = ends.tolist()
+        for s in decoders:
+            grow = blocks(s.ctx + steps) - blocks(s.ctx)
+            if grow:
+                kv.allocate(grow)
+                s.private += grow
+        self._steps = steps
+        self._snapshot(now)
+        return self._ends[steps - 1]
+
+    # ---- look-ahead (the oracle) ---------------------------------------------------------
+
+    def _clone(self) -> Server:
+        other = Server.__new__(Server)
+        for name in (
+            "index",
+            "name",
+            "profile",
+            "role",
+            "topology",
+            "cost",
+            "budget",
+            "max_seqs",
+            "watermark",
+            "version",
+            "_steps",
+            "busy",
+            "iterations",
+            "preemptions",
+        ):
+            setattr(other, name, getattr(self, name))
+        other.kv = self.kv.clone()
+        copies = {id(s): s.clone() for s in (*self.running, *self.waiting)}
+        other.running = [copies[id(s)] for s in self.running]
+        other.waiting = deque(copies[id(s)] for s in self.waiting)
+        other._decoders = [copies[id(s)] for s in self._decoders]
+        other._chunks = [(copies[id(s)], n) for s, n in self._chunks]
+        other._ends = list(self._ends)
+        other._snap_t = [0.0]
+        other._snap_v = [Metrics(0.0, 0, 0)]
+        return other
+
+    def lookahead(
+        self,
+        seq: Seq,
+        now: float,
+        *,
+        decode_tokens: int = 16,
+        horizon_s: float = 600.0,
+    ) -> tuple[float, float]:
+        """What ``seq`` would see here if nothing else arrived: (seconds to its first token, or
+        to its handoff for a prefill-only request; mean ms per output token over its first
+        ``decode_tokens`` tokens, NaN if unknown). Runs a copy of this pod forward; the pod
+        itself is untouched. ``(inf, nan)`` if the first token is not out within ``horizon_s``
+        (so a caller can stop early once it knows a better pod)."""
+        sim = self._clone()
+        probe = seq.clone()
+        t = sim.enqueue(probe, now)
+        nxt: float | None = t if t is not None else sim._ends[sim._steps - 1]
+        out: list[Outcome] = []
+        want = min(probe.req.output, decode_tokens + 1)
+        first = math.inf
+        while nxt is not None and (nxt - now <= horizon_s or math.isfinite(first)):
+            out.clear()
+            at: float = nxt
+            nxt = sim.advance(at, out)
+            if probe.prefill_only and any(isinstance(o, Handoff) and o.seq is probe for o in out):
+                return at - now, math.nan
+            if probe.first_token is not None and math.isinf(first):
+                first = probe.first_token
+            if probe.generated >= want:
+                tpot = (
+                    (at - first) * 1000.0 / (probe.generated - 1)
+                    if probe.generated > 1
+                    else (math.nan)
+                )
+                return first - now, tpot
+        return (first - now if math.isfinite(first) else math.inf), math.nan

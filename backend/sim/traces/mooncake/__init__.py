@@ -1,0 +1,1 @@
+"""Mooncake FAST'25 request traces (data only; see ../NOTICE.md)."""

@@ -1,0 +1,1 @@
+"""The console's pages, one module per area of the navigation."""

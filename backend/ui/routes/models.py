@@ -1,0 +1,64 @@
+"""Models: versions with their metrics, error over time, the held-out scatter, roll back."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from starlette.responses import RedirectResponse, Response
+
+from backend.deps import RuntimeDep, SessionDep
+from backend.registry import service as registry
+from backend.registry.models import ModelVersion
+from backend.samples.models import Target
+from backend.ui.deps import ConsoleActor, ConsoleEditor, PoolDep, StateDep
+from backend.ui.views import models_view
+
+router = APIRouter()
+
+
+@router.get("/models")
+def models_page(
+    request: Request,
+    state: StateDep,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: ConsoleActor,
+    choice: PoolDep,
+    target: Literal["ttft", "tpot"] = Query("ttft"),
+) -> Response:
+    view = models_view(session, runtime.store, choice.selected, Target.from_label(target))
+    return state.renderer.page(
+        request,
+        "models.html",
+        {"choice": choice, "view": view, "target": target},
+        actor=actor,
+        active="models",
+    )
+
+
+@router.post("/models/{version_id}/activate")
+def activate(
+    request: Request,
+    version_id: int,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: ConsoleEditor,
+) -> Response:
+    """Serve this version (roll back or forward); every replica swaps within about a second."""
+    version = session.get(ModelVersion, version_id)
+    if version is None:
+        raise HTTPException(404, f"model version {version_id} not found")
+    registry.activate(session, version, by=actor.name)
+    session.commit()
+    target = Target(version.target)
+    # Published after the commit, so that every listener finds the row it is told about.
+    runtime.notifier.publish(
+        {"pool_id": version.pool_id, "target": target.label, "version_id": version.id}
+    )
+    pool = registry.pool_names(session)[version.pool_id]
+    request.session["flash"] = (
+        f"Version {version.id} is now the active {target.label.upper()} model."
+    )
+    root = request.scope.get("root_path", "")
+    return RedirectResponse(f"{root}/models?pool={pool}&target={target.label}", status_code=303)

@@ -1,0 +1,134 @@
+"""Objectives: InferenceObjective names and priorities; below zero is sheddable."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request
+from sqlalchemy.orm import Session
+from starlette.responses import RedirectResponse, Response
+
+from backend.auth.service import Actor
+from backend.deps import RuntimeDep, SessionDep
+from backend.policies import service as policies
+from backend.policies.models import Objective
+from backend.registry.service import pool_names
+from backend.ui.deps import (
+    ConsoleActor,
+    ConsoleEditor,
+    ConsoleState,
+    PoolChoice,
+    PoolDep,
+    StateDep,
+    choose_pool,
+)
+from backend.ui.forms import parse_objective_create, parse_objective_update
+
+router = APIRouter()
+
+
+def _render(
+    request: Request,
+    state: ConsoleState,
+    session: Session,
+    actor: Actor,
+    choice: PoolChoice,
+    form: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None,
+    status_code: int = 200,
+) -> Response:
+    return state.renderer.page(
+        request,
+        "objectives.html",
+        {
+            "choice": choice,
+            "objectives": policies.list_objectives(session, choice.selected.id),
+            "form": form or {"name": "", "priority": "0", "description": ""},
+            "errors": errors or {},
+        },
+        actor=actor,
+        active="objectives",
+        status_code=status_code,
+    )
+
+
+@router.get("/objectives")
+def objectives_page(
+    request: Request, state: StateDep, session: SessionDep, actor: ConsoleActor, choice: PoolDep
+) -> Response:
+    return _render(request, state, session, actor, choice)
+
+
+def _back(request: Request, pool: str) -> RedirectResponse:
+    root = request.scope.get("root_path", "")
+    return RedirectResponse(f"{root}/objectives?pool={pool}", status_code=303)
+
+
+@router.post("/objectives/{pool}/create")
+async def create_objective(
+    pool: str,
+    request: Request,
+    state: StateDep,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: ConsoleEditor,
+) -> Response:
+    choice = choose_pool(session, pool)
+    form = await request.form()
+    data, errors = parse_objective_create(pool, form)
+    submitted = {k: str(form.get(k, "")) for k in ("name", "priority", "description")}
+    if data is not None:
+        try:
+            objective = policies.create_objective(session, choice.selected.id, data, actor)
+        except policies.Conflict as exc:
+            errors = {"name": str(exc)}
+        else:
+            session.commit()
+            runtime.policy_cache.invalidate()
+            request.session["flash"] = f"Objective {objective.name} created."
+            return _back(request, pool)
+    return _render(request, state, session, actor, choice, submitted, errors, status_code=422)
+
+
+def _objective(session: Session, objective_id: int) -> tuple[Objective, str]:
+    try:
+        objective = policies.get_objective(session, objective_id)
+    except policies.NotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    return objective, pool_names(session)[objective.pool_id]
+
+
+@router.post("/objectives/{objective_id}/update")
+async def update_objective(
+    objective_id: int,
+    request: Request,
+    state: StateDep,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: ConsoleEditor,
+) -> Response:
+    objective, pool = _objective(session, objective_id)
+    data, errors = parse_objective_update(await request.form())
+    if data is None:
+        choice = choose_pool(session, pool)
+        errors = {f"{objective.id}.{k}": v for k, v in errors.items()}
+        return _render(request, state, session, actor, choice, None, errors, status_code=422)
+    policies.update_objective(session, objective, data, actor)
+    session.commit()
+    runtime.policy_cache.invalidate()
+    request.session["flash"] = f"Objective {objective.name} updated."
+    return _back(request, pool)
+
+
+@router.post("/objectives/{objective_id}/delete")
+def delete_objective(
+    objective_id: int,
+    request: Request,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: ConsoleEditor,
+) -> Response:
+    objective, pool = _objective(session, objective_id)
+    session.delete(objective)
+    session.commit()
+    runtime.policy_cache.invalidate()
+    request.session["flash"] = f"Objective {objective.name} deleted (by {actor.name})."
+    return _back(request, pool)

@@ -1,0 +1,473 @@
+"""What the console's read-only pages show, computed from the domains' tables and services.
+
+Every figure is computed per request from the database (and the in-memory models), so that
+every replica shows the same thing; `bench/console.py` checks that each page stays within
+300 ms with a full window and 100 model versions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from backend.pools.models import Pool
+from backend.predictor.evaluation import evaluate
+from backend.predictor.models import LatencyModel
+from backend.predictor.serving import ModelStore
+from backend.predictor.training import predict_columns
+from backend.registry import service as registry
+from backend.registry.models import ModelVersion
+from backend.samples.models import Sample, Target
+from backend.samples.service import window_stats
+from backend.samples.window import WindowSpec
+from backend.settings import Settings
+
+# "Recent" figures (ingestion rate, last sample, live error) come from the newest samples of
+# all pools, read once per page: a bounded read, however large the windows are.
+RECENT_ROWS = 20_000
+# Live error is measured on the newest samples that carry the router's prediction.
+LIVE_ROWS = 2000
+# Ingestion rate: samples that arrived within the last minute.
+RATE_HORIZON_S = 60
+# The held-out set can hold tens of thousands of rows; the scatter scores a sample of about
+# this many (reading and predicting all would cost more than the rest of the page, and show
+# no more).
+SCATTER_POINTS = 2000
+# "Error rising": the newest held-out MAPE against the median of the versions before it, and
+# the live MAPE against the active model's held-out MAPE. Both need a margin in absolute
+# points, or a 1 % -> 2 % wobble of an excellent model would alarm.
+RISE_RATIO = 1.5
+RISE_MIN_POINTS = 0.02
+TREND_VERSIONS = 5
+
+
+@dataclass(frozen=True)
+class LiveError:
+    """Error of the predictions the router used, from samples that carry `predicted_*_ms`."""
+
+    n: int
+    mape: float
+    bias: float
+
+
+@dataclass(frozen=True)
+class Recent:
+    """The newest RECENT_ROWS samples of all pools, as columns (newest first)."""
+
+    pool_id: npt.NDArray[np.int64]
+    target: npt.NDArray[np.int64]
+    sample_id: npt.NDArray[np.int64]
+    latency: npt.NDArray[np.float64]
+    predicted: npt.NDArray[np.float64]
+    """NaN where the sample carries no prediction."""
+    arrived_last_minute: dict[int, int]
+    """Per pool: samples of the slice observed within RATE_HORIZON_S."""
+    span_s: float
+    """How far back in time the slice reaches (it is shorter than a minute under heavy load)."""
+    full: bool
+    """True when the slice holds RECENT_ROWS samples (older ones exist beyond it)."""
+
+    def newest_id(self, pool_id: int, target: Target | None = None) -> int | None:
+        mask = self.pool_id == pool_id
+        if target is not None:
+            mask &= self.target == int(target)
+        ids = self.sample_id[mask]
+        return int(ids[0]) if ids.size else None
+
+    def per_minute(self, pool_id: int) -> float:
+        count = self.arrived_last_minute.get(pool_id, 0)
+        if self.full and 0 < self.span_s < RATE_HORIZON_S:
+            # More samples arrived in the last minute than the slice holds: scale up.
+            return count * 60.0 / self.span_s
+        return count * 60.0 / RATE_HORIZON_S
+
+    def live_error(self, pool_id: int, target: Target) -> LiveError | None:
+        mask = (
+            (self.pool_id == pool_id)
+            & (self.target == int(target))
+            & np.isfinite(self.predicted)
+            & (self.latency > 0)
+        )
+        actual = self.latency[mask][:LIVE_ROWS]
+        if actual.size == 0:
+            return None
+        relative = (self.predicted[mask][:LIVE_ROWS] - actual) / actual
+        return LiveError(
+            int(actual.size), float(np.mean(np.abs(relative))), float(np.median(relative))
+        )
+
+
+def recent_samples(session: Session, now: datetime) -> Recent:
+    # The raw DB-API cursor, as `registry.read_window` does: tuples straight into numpy.
+    cursor = session.connection().connection.cursor()
+    try:
+        cursor.execute(
+            "SELECT id, pool_id, target, latency_ms, COALESCE(predicted_ms, -1) FROM samples "
+            f"ORDER BY id DESC LIMIT {RECENT_ROWS}"
+        )
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    data = np.array(rows, dtype=np.float64).reshape(len(rows), 5)
+    data[data[:, 4] < 0, 4] = np.nan
+    cutoff = now - timedelta(seconds=RATE_HORIZON_S)
+    times = (
+        select(Sample.pool_id, Sample.observed_at)
+        .order_by(Sample.id.desc())
+        .limit(RECENT_ROWS)
+        .subquery()
+    )
+    arrived = {
+        int(pool_id): int(n)
+        for pool_id, n in session.execute(
+            select(times.c.pool_id, func.count())
+            .where(times.c.observed_at >= cutoff)
+            .group_by(times.c.pool_id)
+        )
+    }
+    span = 0.0
+    if rows:
+        oldest = session.scalar(select(Sample.observed_at).where(Sample.id == int(data[-1, 0])))
+        span = (now - oldest).total_seconds() if oldest is not None else 0.0
+    return Recent(
+        pool_id=data[:, 1].astype(np.int64),
+        target=data[:, 2].astype(np.int64),
+        sample_id=data[:, 0].astype(np.int64),
+        latency=data[:, 3],
+        predicted=data[:, 4],
+        arrived_last_minute=arrived,
+        span_s=span,
+        full=len(rows) == RECENT_ROWS,
+    )
+
+
+def last_sample_at(session: Session, pool_id: int, recent: Recent) -> datetime | None:
+    newest = recent.newest_id(pool_id)
+    if newest is None:
+        # A quiet pool: nothing among the newest samples of all pools.
+        newest = session.scalar(select(func.max(Sample.id)).where(Sample.pool_id == pool_id))
+        if newest is None:
+            return None
+    return session.scalar(select(Sample.observed_at).where(Sample.id == newest))
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    target: Target
+    version: ModelVersion | None
+    last_trained_at: datetime | None
+    newest_sample_id: int
+    trained_through_id: int
+    live: LiveError | None
+    warnings: list[str]
+
+    @property
+    def mape(self) -> float | None:
+        return _metric(self.version, "mape")
+
+    @property
+    def bias(self) -> float | None:
+        return _metric(self.version, "median_bias")
+
+    @property
+    def waiting_samples(self) -> bool:
+        return self.newest_sample_id > self.trained_through_id
+
+
+def _metric(version: ModelVersion | None, key: str) -> float | None:
+    if version is None or not version.metrics:
+        return None
+    value = version.metrics.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    pool: Pool
+    targets: list[TargetStatus]
+    last_sample_at: datetime | None
+    samples_per_min: float
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for t in self.targets for w in t.warnings]
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.1f} %"
+
+
+def _trend_rising(session: Session, pool_id: int, target: Target) -> str | None:
+    recent = session.scalars(
+        select(ModelVersion.metrics)
+        .where(ModelVersion.pool_id == pool_id, ModelVersion.target == int(target))
+        .order_by(ModelVersion.id.desc())
+        .limit(TREND_VERSIONS + 1)
+    ).all()
+    mapes = [m.get("mape") for m in recent if m and isinstance(m.get("mape"), int | float)]
+    if len(mapes) < 3:
+        return None
+    newest, before = float(mapes[0]), float(np.median(mapes[1:]))
+    if newest > before * RISE_RATIO and newest - before > RISE_MIN_POINTS:
+        return (
+            f"{target.label.upper()} error rising: newest held-out MAPE {_pct(newest)} against "
+            f"{_pct(before)} for the versions before it"
+        )
+    return None
+
+
+def target_status(
+    session: Session,
+    pool: Pool,
+    target: Target,
+    settings: Settings,
+    now: datetime,
+    recent: Recent,
+) -> TargetStatus:
+    name = target.label.upper()
+    version = registry.active_version(session, pool.id, target)
+    last_trained_at = session.scalar(
+        select(func.max(ModelVersion.created_at)).where(
+            ModelVersion.pool_id == pool.id, ModelVersion.target == int(target)
+        )
+    )
+    newest = recent.newest_id(pool.id, target)
+    if newest is None:
+        newest = registry.window_max_id(session, pool.id, target)
+    through = registry.last_trained_max_id(session, pool.id, target)
+    live = recent.live_error(pool.id, target)
+    warnings: list[str] = []
+    if version is None:
+        if newest:
+            warnings.append(f"{name}: samples are arriving but no model is active yet")
+    else:
+        stale_s = settings.ui.stale_after_s
+        trained_age = (now - last_trained_at).total_seconds() if last_trained_at else math.inf
+        if newest > through and trained_age > stale_s:
+            warnings.append(
+                f"{name} model is stale: new samples arrived, and the last training was "
+                f"{trained_age / 60:.0f} min ago (limit {stale_s / 60:.0f} min)"
+            )
+        rising = _trend_rising(session, pool.id, target)
+        if rising:
+            warnings.append(rising)
+        held_out = _metric(version, "mape")
+        if (
+            live is not None
+            and held_out is not None
+            and live.n >= 50
+            and live.mape > held_out * RISE_RATIO
+            and live.mape - held_out > RISE_MIN_POINTS
+        ):
+            warnings.append(
+                f"{name} live error {_pct(live.mape)} is above the active model's held-out "
+                f"{_pct(held_out)}: traffic may have drifted"
+            )
+    return TargetStatus(target, version, last_trained_at, newest, through, live, warnings)
+
+
+def pool_status(
+    session: Session, pool: Pool, settings: Settings, now: datetime, recent: Recent
+) -> PoolStatus:
+    return PoolStatus(
+        pool=pool,
+        targets=[target_status(session, pool, t, settings, now, recent) for t in Target],
+        last_sample_at=last_sample_at(session, pool.id, recent),
+        samples_per_min=recent.per_minute(pool.id),
+    )
+
+
+def overview(session: Session, pools: list[Pool], settings: Settings) -> list[PoolStatus]:
+    now = datetime.now(UTC)
+    recent = recent_samples(session, now)
+    return [pool_status(session, pool, settings, now, recent) for pool in pools]
+
+
+# Models page
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """The active model's predictions against held-out labels, on a sample of the rows."""
+
+    version_id: int
+    one_in: int
+    """Rows scored: about one in this many of the held-out rows."""
+    n: int
+    mape: float
+    bias: float
+    points: list[tuple[float, float]]
+
+
+def _model_for(
+    session: Session, store: ModelStore, pool: Pool, target: Target, version_id: int
+) -> LatencyModel:
+    served = store.get(pool.name, target.label)
+    if served is not None and served.version_id == version_id:
+        return served.model  # already in memory: no artifact to read and parse
+    return registry.load_version_model(session, version_id)
+
+
+def held_out_scatter(
+    session: Session, store: ModelStore, pool: Pool, target: Target, version: ModelVersion
+) -> Scatter | None:
+    # Read about SCATTER_POINTS rows, not the whole held-out set: a model's n_test tells how
+    # many there are, and a hash of the id picks a sample that the window's index can find.
+    one_in = max(1, version.n_test // SCATTER_POINTS)
+    window = registry.read_held_out(session, pool.id, target, one_in)
+    index = np.flatnonzero(window.labels > 0)
+    if index.size == 0:
+        return None
+    if index.size > SCATTER_POINTS:
+        # A fixed seed: the same window shows the same points on every refresh.
+        index = np.sort(np.random.default_rng(0).choice(index, SCATTER_POINTS, replace=False))
+    cols = {k: v[index] for k, v in window.cols.items()}
+    labels = window.labels[index]
+    model = _model_for(session, store, pool, target, version.id)
+    predicted = np.asarray(predict_columns(model, target.label, cols), dtype=np.float64)
+    metrics = evaluate(labels, predicted)
+    points = [
+        (round(float(a), 3), round(float(p), 3)) for a, p in zip(labels, predicted, strict=True)
+    ]
+    return Scatter(version.id, one_in, metrics.n, metrics.mape, metrics.median_bias, points)
+
+
+@dataclass(frozen=True)
+class ModelsView:
+    target: Target
+    versions: list[ModelVersion]
+    active: ModelVersion | None
+    scatter: Scatter | None
+    live: LiveError | None
+    mape_series: list[dict[str, Any]] = field(default_factory=list)
+
+
+def models_view(
+    session: Session, store: ModelStore, pool: Pool, target: Target, limit: int = 100
+) -> ModelsView:
+    versions = list(registry.list_versions(session, pool.id, target, limit))
+    active = registry.active_version(session, pool.id, target)
+    scatter = held_out_scatter(session, store, pool, target, active) if active else None
+    series = [
+        {
+            "id": v.id,
+            "at": v.created_at.isoformat(),
+            "mape": round(float(v.metrics["mape"]), 5),
+            "status": v.status,
+        }
+        for v in reversed(versions)
+        if v.metrics and isinstance(v.metrics.get("mape"), int | float)
+    ]
+    return ModelsView(
+        target=target,
+        versions=versions,
+        active=active,
+        scatter=scatter,
+        live=recent_samples(session, datetime.now(UTC)).live_error(pool.id, target),
+        mape_series=series,
+    )
+
+
+# Samples page
+
+
+@dataclass(frozen=True)
+class Cell:
+    train: int
+    test: int
+    fill: float
+    """Share of the per-bucket cap in use, 0..1 (for the colour)."""
+
+    @property
+    def total(self) -> int:
+        return self.train + self.test
+
+
+@dataclass(frozen=True)
+class Band:
+    label: str
+    rows: list[tuple[str, list[Cell]]]
+    """One row per KV bucket (label, then one cell per prefix bucket)."""
+    total: int
+
+
+@dataclass(frozen=True)
+class TargetCoverage:
+    target: str
+    train: int
+    test: int
+    buckets_used: int
+    buckets_full: int
+    bands: list[Band]
+
+
+@dataclass(frozen=True)
+class SamplesView:
+    cap: int
+    n_buckets: int
+    prefix_labels: list[str]
+    targets: list[TargetCoverage]
+    samples_per_min: float
+    last_sample_at: datetime | None
+
+
+def _range(lo: float, hi: float) -> str:
+    return f"{lo:g}-{hi:g}"
+
+
+def _band_label(lo: int, hi: int | None) -> str:
+    if hi is None:
+        return f"{lo}+ waiting"
+    return f"{lo} waiting" if lo == hi else f"{lo}-{hi} waiting"
+
+
+def samples_view(session: Session, pool: Pool, spec: WindowSpec) -> SamplesView:
+    stats = window_stats(session, pool.name, pool.id, spec)
+    prefix_labels = [
+        _range(*spec.ranges(p)[1]) for p in range(spec.n_prefix)
+    ]  # bucket p has kv 0, band 0
+    targets = []
+    for label, target_stats in stats.targets.items():
+        grid = {b.bucket: b for b in target_stats.buckets}
+        bands = []
+        for q in range(spec.n_queue):
+            rows = []
+            band_total = 0
+            for k in range(spec.n_kv):
+                cells = []
+                for p in range(spec.n_prefix):
+                    bucket = (q * spec.n_kv + k) * spec.n_prefix + p
+                    found = grid.get(bucket)
+                    train, test = (found.train, found.test) if found else (0, 0)
+                    band_total += train + test
+                    cells.append(Cell(train, test, min(1.0, (train + test) / spec.cap)))
+                kv_lo, kv_hi = spec.ranges((q * spec.n_kv + k) * spec.n_prefix)[0]
+                rows.append((_range(kv_lo, kv_hi), cells))
+            q_lo, q_hi = spec.ranges(q * spec.n_kv * spec.n_prefix)[2]
+            bands.append(Band(_band_label(q_lo, q_hi), rows, band_total))
+        targets.append(
+            TargetCoverage(
+                target=label,
+                train=target_stats.train,
+                test=target_stats.test,
+                buckets_used=len(target_stats.buckets),
+                buckets_full=sum(1 for b in target_stats.buckets if b.train + b.test >= spec.cap),
+                bands=bands,
+            )
+        )
+    recent = recent_samples(session, datetime.now(UTC))
+    return SamplesView(
+        cap=spec.cap,
+        n_buckets=spec.n_buckets,
+        prefix_labels=prefix_labels,
+        targets=targets,
+        samples_per_min=recent.per_minute(pool.id),
+        last_sample_at=last_sample_at(session, pool.id, recent),
+    )

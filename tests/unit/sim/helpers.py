@@ -1,0 +1,74 @@
+"""Short simulations over slices of the shipped traces, with the invariants checked as they run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from backend.scheduling.types import TransferConfig
+from backend.sim.engine import SimConfig, SimResult, Simulation
+from backend.sim.gpu import load_profile
+from backend.sim.policies import make_policy
+from backend.sim.pool import build_pool
+from backend.sim.router import Slo
+from backend.sim.server import Done, Outcome, Server
+from backend.sim.traces import load_trace
+
+SLO = Slo(2000.0, 100.0)
+
+
+@dataclass
+class Checked:
+    result: SimResult
+    done_count: Counter[int] = field(default_factory=Counter)
+    first_count: Counter[int] = field(default_factory=Counter)
+    max_used_fraction: float = 0.0
+
+
+def check_server(server: Server) -> None:
+    kv = server.kv
+    kv.check()
+    assert kv.used <= kv.capacity
+    private = sum(s.private for s in server.running)
+    assert kv.used == private + kv.referenced_blocks()
+    assert len(server.running) <= server.max_seqs
+
+
+def run_checked(
+    policy: str = "least-request",
+    *,
+    n: int = 300,
+    load: float = 1.0,
+    pods: int = 4,
+    gpu: str = "a100-llama3-8b",
+    pd: str | None = None,
+    layout: str = "rack",
+    trace: str = "mooncake-conversation",
+    seed: int = 0,
+) -> Checked:
+    pool = build_pool(pods, gpu, pd, layout)
+    fabric = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
+    sim = Simulation(
+        load_trace(trace).head(n).scaled(load),
+        pool,
+        make_policy(policy, fabric, seed),
+        SimConfig(SLO, seed=seed, transfer=fabric),
+    )
+    checked = Checked(result=None)  # type: ignore[arg-type]
+    for server in sim.servers:
+        advance = server.advance
+
+        def wrapped(now: float, out: list[Outcome], server: Server = server, advance=advance):  # type: ignore[no-untyped-def]
+            start = len(out)
+            nxt = advance(now, out)
+            check_server(server)
+            used = server.kv.used / server.kv.capacity
+            checked.max_used_fraction = max(checked.max_used_fraction, used)
+            for o in out[start:]:
+                if isinstance(o, Done):
+                    checked.done_count[o.seq.req.rid] += 1
+            return nxt
+
+        server.advance = wrapped  # type: ignore[method-assign]
+    checked.result = sim.run()
+    return checked

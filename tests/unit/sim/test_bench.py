@@ -1,0 +1,94 @@
+"""The benchmark's outputs: JSON figures, the table and the plots, from the CLI as well."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from backend.cli import app
+from backend.sim.bench import BenchConfig, run_bench, slim, write_outputs
+
+
+def test_run_bench_reports_every_policy_and_load(tmp_path: Path) -> None:
+    config = BenchConfig(
+        trace="azure-code",
+        pods=3,
+        loads=(1.0, 4.0),
+        policies=("round-robin", "dynamo-kv"),
+        limit=150,
+    )
+    data = run_bench(config)
+    json.dumps(data, allow_nan=False)  # plain JSON, no NaN
+    assert [(r["load"], r["policy"]) for r in data["results"]] == [
+        (1.0, "round-robin"),
+        (1.0, "dynamo-kv"),
+        (4.0, "round-robin"),
+        (4.0, "dynamo-kv"),
+    ]
+    row = data["results"][0]
+    assert row["requests"] == 150 and row["completed"] + row["shed"] == 150
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        assert set(row[key]) == {"p50", "p90", "p99", "mean"}
+    assert 0.0 <= row["slo_attainment"] <= 1.0
+    assert data["policies"]["dynamo-kv"].startswith("NVIDIA Dynamo")
+    paths = write_outputs(data, tmp_path)
+    names = {p.name for p in paths}
+    assert {"results.json", "results.md", "cdf_ttft.png", "slo_vs_load.png"} <= names
+    assert "| 4 | dynamo-kv |" in (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert "ttft_quantiles_ms" not in slim(data)["results"][0]
+
+
+def test_bad_options_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown policies"):
+        BenchConfig(policies=("nope",))
+    with pytest.raises(ValueError, match="unknown trace"):
+        BenchConfig(trace="nope")
+
+
+def test_cli_bench_writes_results(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--trace",
+            "azure-conv",
+            "--pods",
+            "2",
+            "--loads",
+            "2",
+            "--policies",
+            "least-request",
+            "--limit",
+            "60",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "results.json").is_file()
+    data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert data["results"][0]["policy"] == "least-request"
+
+
+def test_celery_task_returns_the_benchmark_json(tmp_path: Path) -> None:
+    from celery import Celery
+
+    from backend.settings import Settings
+    from workers.tasks import SIMULATE, register
+
+    app = Celery("test-simulate")
+    register(app, Settings())
+    data = app.tasks[SIMULATE](
+        trace="azure-code",
+        pods=2,
+        loads=[2.0],
+        policies=["round-robin"],
+        limit=40,
+        out_dir=str(tmp_path),
+    )
+    json.dumps(data, allow_nan=False)
+    assert data["results"][0]["requests"] == 40
+    assert (tmp_path / "results.md").is_file()

@@ -1,0 +1,150 @@
+"""The Overview's figures and warnings, on a real (SQLite) database built by the migrations."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from backend import migrate
+from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.pools.models import Pool
+from backend.pools.service import ensure_default_pool, get_pool
+from backend.registry.models import ActiveModel, ModelVersion
+from backend.samples.models import Target
+from backend.samples.schemas import TrainingEntry
+from backend.samples.service import ingest
+from backend.samples.window import WindowSpec
+from backend.settings import Settings, UISettings, WindowSettings
+from backend.ui.views import overview
+from tests.factories import entry
+
+SPEC = WindowSpec.from_settings(WindowSettings())
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[Session]:
+    url = f"sqlite:///{tmp_path / 'views.db'}"
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    sessions = make_sessionmaker(engine)
+    with unit_of_work(sessions) as s:
+        ensure_default_pool(s)
+    with sessions() as s:
+        yield s
+    engine.dispose()
+
+
+def _ingest(session: Session, n: int, **fields: object) -> None:
+    entries = [TrainingEntry.model_validate(entry(timestamp=None, **fields)) for _ in range(n)]
+    ingest(session, 1, entries, SPEC, 0.1, random.Random(0))
+    session.commit()
+
+
+def _version(
+    session: Session, mape: float, age_s: float, through: int, active: bool = False
+) -> ModelVersion:
+    at = datetime.now(UTC) - timedelta(seconds=age_s)
+    version = ModelVersion(
+        pool_id=1,
+        target=int(Target.TTFT),
+        kind="hybrid",
+        objective="mean",
+        quantile=0.9,
+        status="active" if active else "retired",
+        gate_reason="",
+        metrics={"mape": mape, "median_bias": -0.01},
+        n_train=90,
+        n_test=10,
+        window_max_id=through,
+        train_seconds=0.1,
+        training_started_at=at,
+        created_at=at,
+        artifact=b"",
+        artifact_bytes=0,
+    )
+    session.add(version)
+    session.flush()
+    if active:
+        session.add(
+            ActiveModel(
+                pool_id=1,
+                target=int(Target.TTFT),
+                version_id=version.id,
+                activated_at=at,
+                activated_by="test",
+            )
+        )
+    session.commit()
+    return version
+
+
+def _pool(session: Session) -> Pool:
+    return get_pool(session, "default")
+
+
+def test_rate_last_sample_and_live_error(session: Session) -> None:
+    _ingest(session, 60, actual_ttft_ms=100.0, predicted_ttft_ms=110.0)
+    _version(session, 0.05, age_s=5, through=60, active=True)
+    (status,) = overview(session, [_pool(session)], Settings())
+    assert status.samples_per_min == 60  # all arrived within the last minute
+    assert status.last_sample_at is not None
+    ttft = status.targets[0]
+    assert ttft.live is not None
+    assert ttft.live.n == 60
+    assert ttft.live.mape == pytest.approx(0.1)
+    assert ttft.live.bias == pytest.approx(0.1)
+    assert not ttft.waiting_samples
+    # Live 10 % against held-out 5 %: more than 1.5x and more than 2 points worse.
+    assert any("live error 10.0 %" in w for w in status.warnings)
+
+
+def test_no_model_yet_is_flagged_once_samples_arrive(session: Session) -> None:
+    (status,) = overview(session, [_pool(session)], Settings())
+    assert status.warnings == []
+    _ingest(session, 5)
+    (status,) = overview(session, [_pool(session)], Settings())
+    assert status.warnings == ["TTFT: samples are arriving but no model is active yet"]
+
+
+def test_a_model_is_stale_when_samples_wait_and_training_is_old(session: Session) -> None:
+    _ingest(session, 20)
+    _version(session, 0.05, age_s=3600, through=10, active=True)
+    settings = Settings(ui=UISettings(stale_after_s=600))
+    (status,) = overview(session, [_pool(session)], settings)
+    assert status.targets[0].waiting_samples
+    assert any("TTFT model is stale" in w for w in status.warnings)
+    # Fresh enough: no warning.
+    settings = Settings(ui=UISettings(stale_after_s=7200))
+    (status,) = overview(session, [_pool(session)], settings)
+    assert not any("stale" in w for w in status.warnings)
+
+
+def test_rising_held_out_error_is_flagged(session: Session) -> None:
+    _ingest(session, 20)
+    for mape in (0.05, 0.05, 0.06, 0.05):
+        _version(session, mape, age_s=60, through=20)
+    _version(session, 0.12, age_s=5, through=20, active=True)
+    (status,) = overview(session, [_pool(session)], Settings())
+    assert any("TTFT error rising: newest held-out MAPE 12.0 %" in w for w in status.warnings)
+
+
+def test_the_held_out_sample_takes_both_targets_alike(session: Session) -> None:
+    # One entry with both labels makes two rows with consecutive ids: TTFT, TPOT, TTFT, ...
+    entries = [
+        TrainingEntry.model_validate(entry(timestamp=None, actual_tpot_ms=20.0))
+        for _ in range(4000)
+    ]
+    ingest(session, 1, entries, SPEC, 1.0, random.Random(0))  # all held out
+    session.commit()
+    from backend.registry.service import read_held_out
+
+    for target in Target:
+        everything = read_held_out(session, 1, target).n
+        sampled = read_held_out(session, 1, target, one_in=4).n
+        assert everything == 4000
+        assert 800 < sampled < 1200  # about a quarter, whatever the ids' parity
