@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Query, Request
+from fastapi.responses import RedirectResponse
 
 from backend.auth.service import Actor
 from backend.auth.sessions import actor_of, csrf_matches, signed_in_user
@@ -116,3 +117,8 @@ def choose_pool(
 
 
 PoolDep = Annotated[PoolChoice, Depends(choose_pool)]
+
+
+def see_other(request: Request, path: str) -> RedirectResponse:
+    """After a form POST, back to a console page (303, so that a reload does not post again)."""
+    return RedirectResponse(f"{request.scope.get('root_path', '')}{path}", status_code=303)

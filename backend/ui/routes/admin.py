@@ -11,7 +11,7 @@ from starlette.responses import RedirectResponse, Response
 from backend.auth import service as auth
 from backend.auth.service import ROLES, SCOPES, Actor
 from backend.deps import SessionDep
-from backend.ui.deps import ConsoleAdmin, ConsoleState, StateDep
+from backend.ui.deps import ConsoleAdmin, ConsoleState, StateDep, see_other
 
 router = APIRouter()
 
@@ -48,7 +48,7 @@ def _render(
 
 
 def _back(request: Request) -> RedirectResponse:
-    return RedirectResponse(f"{request.scope.get('root_path', '')}/admin", status_code=303)
+    return see_other(request, "/admin")
 
 
 @router.get("/admin")

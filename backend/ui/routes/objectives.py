@@ -19,6 +19,7 @@ from backend.ui.deps import (
     PoolDep,
     StateDep,
     choose_pool,
+    see_other,
 )
 from backend.ui.forms import parse_objective_create, parse_objective_update
 
@@ -58,8 +59,7 @@ def objectives_page(
 
 
 def _back(request: Request, pool: str) -> RedirectResponse:
-    root = request.scope.get("root_path", "")
-    return RedirectResponse(f"{root}/objectives?pool={pool}", status_code=303)
+    return see_other(request, f"/objectives?pool={pool}")
 
 
 @router.post("/objectives/{pool}/create")

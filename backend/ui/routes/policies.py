@@ -22,6 +22,7 @@ from backend.ui.deps import (
     PoolDep,
     StateDep,
     choose_pool,
+    see_other,
 )
 from backend.ui.forms import form_values, parse_policy_form, policy_groups
 from backend.ui.simulation import DEFAULT_TRACE, trace_choices
@@ -76,8 +77,7 @@ def policies_page(
 
 
 def _back(request: Request, pool: str) -> RedirectResponse:
-    root = request.scope.get("root_path", "")
-    return RedirectResponse(f"{root}/policies?pool={pool}", status_code=303)
+    return see_other(request, f"/policies?pool={pool}")
 
 
 @router.post("/policies/{pool}/save")
