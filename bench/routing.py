@@ -14,8 +14,9 @@ Suites (each a ``BenchConfig``; ``docs/benchmarks.md`` shows their tables and pl
 * ``hetero``: the Azure code trace on 4 x A100 + 4 x H100 (Llama-2-7B, 4k context);
 * ``options``: the choices behind Headroom's policy (strategy, picker, prefix source, TTFT
   weight), each varied alone from it, on the first 3,000 Mooncake requests near saturation;
-* ``speed``: Headroom's policy over the full Mooncake trace at 1 x, pinned to one core,
-  wall and CPU seconds.
+* ``speed``: Headroom's policy over the full Mooncake trace at 1 x, wall and CPU seconds; run it
+  as ``taskset -c 0 .venv/bin/python bench/routing.py --suite speed`` to hold the whole process
+  (numpy's threads included) to one core; without taskset only the main thread is pinned.
 
 Wall-clock figures depend on the machine (stated in the output); the simulated latencies do not.
 """
@@ -85,7 +86,7 @@ SUITES: dict[str, BenchConfig] = {
         trace="azure-code",
         pods=8,
         gpu="a100-llama2-7b:4,h100-llama2-7b:4",
-        loads=(2.0, 4.0, 6.0),
+        loads=(4.0, 8.0, 12.0, 16.0),
         policies=MAIN_POLICIES,
         ttft_slo_ms=1000.0,
         tpot_slo_ms=100.0,

@@ -328,6 +328,9 @@ class Server:
         return True
 
     def _decode_need(self, decoders: list[Seq], steps: int) -> int:
+        if steps == 1:
+            # A token needs a new block exactly when the last one is full.
+            return sum(1 for s in decoders if s.ctx % BLOCK_TOKENS == 0)
         return sum(blocks(s.ctx + steps) - blocks(s.ctx) for s in decoders)
 
     def _plan(self, now: float) -> float | None:
@@ -447,16 +450,21 @@ class Server:
         *,
         decode_tokens: int = 16,
         horizon_s: float = 600.0,
+        ahead: tuple[Seq, ...] = (),
     ) -> tuple[float, float]:
         """What ``seq`` would see here if nothing else arrived: (seconds to its first token, or
         to its handoff for a prefill-only request; mean ms per output token over its first
         ``decode_tokens`` tokens, NaN if unknown). Runs a copy of this pod forward; the pod
         itself is untouched. ``(inf, nan)`` if the first token is not out within ``horizon_s``
-        (so a caller can stop early once it knows a better pod)."""
+        (so a caller can stop early once it knows a better pod). ``ahead``: requests already
+        on their way here (under P/D, still prefilling elsewhere) that will queue first."""
         sim = self._clone()
+        t: float | None = None
+        for other in ahead:
+            t = sim.enqueue(other.clone(), now) or t
         probe = seq.clone()
-        t = sim.enqueue(probe, now)
-        nxt: float | None = t if t is not None else sim._ends[sim._steps - 1]
+        t = sim.enqueue(probe, now) or t
+        nxt: float | None = sim._ends[sim._steps - 1] if sim.busy else t
         out: list[Outcome] = []
         want = min(probe.req.output, decode_tokens + 1)
         first = math.inf

@@ -6,7 +6,8 @@ knowledge of the present, none of the future (later arrivals are not simulated).
 true output length. Among the pods where the request meets both SLOs it takes the lowest
 end-to-end latency; if none, the lowest end-to-end latency. Under P/D it prices every pair:
 time to handoff on P, the true KV transfer (the fabric's constants, what D lacks), then D's
-first token and TPOT.
+first token and TPOT, with the requests already routed to D but still prefilling queued ahead
+(without them every look-ahead sees the same empty decode pod and the oracle herds).
 
 To stay affordable under overload (queues minutes deep) the pods are tried least loaded first
 and a look-ahead stops once it is ``BOUND_FACTOR`` times slower to the first token than the best
@@ -38,10 +39,36 @@ class Oracle(RoutingPolicy):
     name = "oracle"
     reproduces = "none: perfect knowledge of every pod's present state and the true cost model"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: dict[int, dict[int, Request]] = {}  # decode pod -> requests on their way
+
+    def on_dispatch(self, req: Request, route: Route, now: float) -> None:
+        if route.prefill is not None:
+            self._pending.setdefault(route.pod, {})[req.rid] = req
+
+    def on_first_token(self, req: Request, route: Route, now: float, ttft_ms: float) -> None:
+        if route.prefill is not None:
+            self._pending.get(route.pod, {}).pop(req.rid, None)
+
+    def _on_the_way(self, pod: int) -> tuple[Seq, ...]:
+        """Routed to ``pod`` and not yet there: remote-prefilled requests, in routing order."""
+        server = self.view.servers[pod]
+        there = {s.req.rid for s in (*server.running, *server.waiting)}
+        seqs = []
+        for req in self._pending.get(pod, {}).values():
+            if req.rid in there:
+                continue
+            seq = Seq(req)
+            seq.remote = True
+            seqs.append(seq)
+        return tuple(seqs)
+
     def _choose(self, options: list[Option]) -> tuple[int, int]:
         slo = self.view.slo
         finite = [o for o in options if math.isfinite(o[0])]
-        meets = [o for o in finite if o[0] * 1000.0 <= slo.ttft_ms and o[1] <= slo.tpot_ms]
+        # A one-token answer has no TPOT (NaN) and meets that SLO trivially.
+        meets = [o for o in finite if o[0] * 1000.0 <= slo.ttft_ms and not (o[1] > slo.tpot_ms)]
         best = min(meets or finite, key=lambda o: (o[2], o[3], o[4]))
         return best[3], best[4]
 
@@ -50,7 +77,9 @@ class Oracle(RoutingPolicy):
         tpot = 0.0 if math.isnan(tpot_ms) else tpot_ms
         return ttft_s + (req.output - 1) * tpot / 1000.0
 
-    def _ahead(self, pods: list[int], make: Seq) -> dict[int, tuple[float, float]]:
+    def _ahead(
+        self, pods: list[int], make: Seq, *, pending: bool = False
+    ) -> dict[int, tuple[float, float]]:
         """Look-ahead per pod, least loaded first, each bounded by the best first token so far."""
         v = self.view
         order = sorted(pods, key=lambda p: (_load(v.servers[p]), p))
@@ -58,7 +87,8 @@ class Oracle(RoutingPolicy):
         out: dict[int, tuple[float, float]] = {}
         for p in order:
             horizon = 600.0 if math.isinf(best) else BOUND_FACTOR * best + BOUND_SLACK_S
-            ttft, tpot = v.servers[p].lookahead(make, v.now, horizon_s=horizon)
+            ahead = self._on_the_way(p) if pending else ()
+            ttft, tpot = v.servers[p].lookahead(make, v.now, horizon_s=horizon, ahead=ahead)
             out[p] = (ttft, tpot)
             best = min(best, ttft)
         return out
@@ -75,7 +105,7 @@ class Oracle(RoutingPolicy):
         prefill = self._ahead(v.prefill_pods, Seq(req, prefill_only=True))
         remote = Seq(req)
         remote.remote = True
-        decode = self._ahead(v.decode_pods, remote)
+        decode = self._ahead(v.decode_pods, remote, pending=True)
         options = []
         for d, (first, tpot) in decode.items():
             server = v.servers[d]
