@@ -26,8 +26,9 @@ def serve(
     demo: bool = typer.Option(
         False,
         "--demo",
-        help="Feed the embedded service with simulated samples, so that models train and the "
-        "console at /ui/ fills within a minute; prints the demo user's password.",
+        help="Feed the embedded service with samples from the simulator replaying the shipped "
+        "traces, so that models train and the console at /ui/ fills within a minute; prints the "
+        "demo user's password.",
     ),
 ) -> None:
     """Run the API service (and, with no Redis configured, the whole product in-process)."""

@@ -157,6 +157,10 @@ class Simulation:
         self._heap: list[tuple[float, int, int, int, Any]] = []
         self._counter = 0
         self._inflight = 0
+        self._arrivals: list[float] = trace.arrival_s.tolist()
+        self._next_arrival = 0  # index of the next trace arrival
+        self._events = 0
+        self._started = False
 
     def _push(self, t: float, kind: int, a: int, payload: Any) -> None:
         self._counter += 1
@@ -169,45 +173,62 @@ class Simulation:
 
     def run(self, progress: Callable[[int], None] | None = None) -> SimResult:
         started = time.perf_counter()
-        arrivals = self.trace.arrival_s.tolist()
-        n, i, events = len(arrivals), 0, 0
-        heap = self._heap
-        if self.policy.learns:
-            self._push(self.config.retrain_interval_s, _TICK, 0, None)
-        outcomes: list[Outcome] = []
-        while i < n or heap:
-            if i < n and (not heap or arrivals[i] < heap[0][0]):
-                self._arrive(self.requests[i], arrivals[i])
-                i += 1
-                if progress is not None and i % 256 == 0:
-                    progress(256)
-                continue
-            t, _, kind, a, payload = heapq.heappop(heap)
-            events += 1
-            if kind == _STEP:
-                server = self.servers[a]
-                if payload != server.version:
-                    continue
-                outcomes.clear()
-                nxt = server.advance(t, outcomes)
-                self._schedule_pod(server, nxt)
-                for o in outcomes:
-                    self._outcome(o, server)
-            elif kind == _TRANSFER:
-                seq = Seq(payload)
-                seq.remote = True
-                server = self.servers[a]
-                self._schedule_pod(server, server.enqueue(seq, t))
-            else:
-                self.view.now = t
-                self.policy.tick(t)
-                for server in self.servers:
-                    server.forget_before(t - 2 * self.config.scrape_interval_s)
-                if i < n or self._inflight:
-                    self._push(t + self.config.retrain_interval_s, _TICK, 0, None)
+        n = len(self.requests)
+        self.run_until(math.inf, progress)
         if progress is not None and n % 256:
             progress(n % 256)
-        return self._result(time.perf_counter() - started, events)
+        return self._result(time.perf_counter() - started, self._events)
+
+    def run_until(self, until: float, progress: Callable[[int], None] | None = None) -> bool:
+        """Process every arrival and event at or before simulated time ``until`` and stop there;
+        the next call carries on where this one stopped, so running in slices gives exactly the
+        results of one ``run()``. Returns whether anything is left (arrivals or events)."""
+        arrivals = self._arrivals
+        n, i, events = len(arrivals), self._next_arrival, self._events
+        heap = self._heap
+        if not self._started:
+            self._started = True
+            if self.policy.learns:
+                self._push(self.config.retrain_interval_s, _TICK, 0, None)
+        outcomes: list[Outcome] = []
+        try:
+            while i < n or heap:
+                if i < n and (not heap or arrivals[i] < heap[0][0]):
+                    if arrivals[i] > until:
+                        break
+                    self._arrive(self.requests[i], arrivals[i])
+                    i += 1
+                    if progress is not None and i % 256 == 0:
+                        progress(256)
+                    continue
+                if heap[0][0] > until:
+                    break
+                t, _, kind, a, payload = heapq.heappop(heap)
+                events += 1
+                if kind == _STEP:
+                    server = self.servers[a]
+                    if payload != server.version:
+                        continue
+                    outcomes.clear()
+                    nxt = server.advance(t, outcomes)
+                    self._schedule_pod(server, nxt)
+                    for o in outcomes:
+                        self._outcome(o, server)
+                elif kind == _TRANSFER:
+                    seq = Seq(payload)
+                    seq.remote = True
+                    server = self.servers[a]
+                    self._schedule_pod(server, server.enqueue(seq, t))
+                else:
+                    self.view.now = t
+                    self.policy.tick(t)
+                    for server in self.servers:
+                        server.forget_before(t - 2 * self.config.scrape_interval_s)
+                    if i < n or self._inflight:
+                        self._push(t + self.config.retrain_interval_s, _TICK, 0, None)
+        finally:  # kept if a policy raised while routing: the next call retries that arrival
+            self._next_arrival, self._events = i, events
+        return i < n or bool(heap)
 
     def _arrive(self, req: Request, now: float) -> None:
         v = self.view

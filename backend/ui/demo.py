@@ -1,22 +1,38 @@
-"""Demo mode (`headroom serve --demo`): simulated traffic so that a newcomer sees the product work.
+"""Demo mode (`headroom serve --demo`): a shipped trace replayed through the simulator, so that a
+newcomer sees the product work without an inference pool.
 
-A background thread ingests, every second, rows drawn by `backend.sim.latency.sample_rows`
-from the measured GPU profiles shipped in `backend/sim/profiles/` (prompt and output lengths
-from the Azure traces, prefix hits from the Mooncake traces, load from idle to saturated), as
-the llm-d EPP would send them: a TTFT sample and a TPOT sample per request, each carrying the
-prediction the currently served model made for it (so live error shows too). They go through
-the same ingestion service as `POST /add_training_data_bulk`; the embedded trainer picks them
-up like any others, so a first model is active within about ten seconds.
+Each demo pool has a simulated pool of pods (`backend/sim/`: vLLM-style continuous batching on
+the measured GPU profiles of `backend/sim/profiles/`) replaying one of the traces shipped in
+`backend/sim/traces/` (`DEMO_SETUP`: Mooncake's conversation trace on eight A100s serving
+Llama-3-8B for `default`, Azure's 2023 conversation trace at four times its rate on two H100s
+serving Llama-2-7B for `h100`). A background thread advances every simulation in step with the
+wall clock (`TraceReplay.advance`: each tick runs it as many simulated seconds as wall seconds
+went by, times the pool's speed-up) and ingests what the simulated router observed in that slice
+as the llm-d EPP reports it: a TTFT sample at each request's first token and a TPOT sample at its
+completion, with the features the router saw for the chosen pod when it dispatched the request
+(the pod's scraped gauges, its in-flight tokens, its prefix-cache score, the pod's name). They go
+through the same ingestion service as `POST /add_training_data_bulk`; the embedded trainer picks
+them up like any others.
+
+The simulated router is the service's own: the scheduling library with the pool's stored policy
+(re-read every tick, so an edit on the Policies page changes the demo's routing) predicting with
+the models the service serves for the pool, and the library's heuristic fallback until the first
+one is active. Each sample carries the prediction the router used for it, so live error shows.
+When a trace is over, a fresh simulation replays it again with the next seed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from backend.auth.service import (
     Actor,
@@ -34,44 +50,170 @@ from backend.policies.service import (
     create_policy,
     objective_by_name,
     policy_for_pool,
+    spec_of,
+    update_policy,
 )
 from backend.pools.schemas import PoolCreate
 from backend.pools.service import PoolNotFound, create_pool, get_pool
-from backend.predictor.serving import ModelsNotReady, predict_both
+from backend.predictor.serving import ModelStore, ServedModel
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
-from backend.serving.schemas import columns
-from backend.sim.entries import training_entries
+from backend.scheduling.types import Policy, TransferConfig
 from backend.sim.gpu import load_profile
-from backend.sim.latency import sample_rows
+from backend.sim.online import OnlinePredictor
+from backend.sim.policies import PredictedConfig
+from backend.sim.policies.predicted import PredictedLatency
+from backend.sim.replay import Observation, ReplaySpec, TraceReplay
+from backend.sim.router import RouterView, Slo
 
 log = logging.getLogger("headroom.demo")
 
 DEMO_USER = "demo"
+
+
+@dataclass(frozen=True)
+class DemoPool:
+    name: str
+    replay: ReplaySpec
+    speed: float
+    """Simulated seconds per wall-clock second."""
+
+    def describe(self) -> str:
+        return (
+            f"Demo: the {self.replay.trace} trace replayed by the simulator on "
+            f"{self.replay.pods} simulated {self.replay.gpu} pods."
+        )
+
+    def policy_spec(self) -> PolicySpec:
+        """What the demo stores as the pool's policy: Headroom's measured choices (spread by
+        headroom, deterministic best fit) and the pool's SLOs; editable on the Policies page."""
+        return PolicySpec(
+            default_ttft_slo_ms=self.replay.slo.ttft_ms,
+            default_tpot_slo_ms=self.replay.slo.tpot_ms,
+            strategy="most",
+            picker="best_fit",
+            kv_bytes_per_token=load_profile(self.replay.gpu).kv_bytes_per_token,
+        )
+
+
+# Each pool receives about 20 requests (35 samples) a second: a first model at the first
+# training round, the window visibly filling within a minute, and training that keeps up on a
+# laptop. Mooncake's trace (3.4 requests/s, 12k-token prompts) keeps eight A100s busy at its own
+# rate, so it plays six times faster than real time; Azure's conversation trace (5.5 requests/s,
+# 1k-token prompts) runs at four times its rate on two H100s, in real time.
+DEMO_SETUP = (
+    DemoPool(
+        "default",
+        ReplaySpec(
+            trace="mooncake-conversation",
+            gpu="a100-llama3-8b",
+            pods=8,
+            slo=Slo(2000.0, 100.0),
+            pod_prefix="a100",
+        ),
+        speed=6.0,
+    ),
+    DemoPool(
+        "h100",
+        ReplaySpec(
+            trace="azure-conv",
+            gpu="h100-llama2-7b",
+            pods=2,
+            load=4.0,
+            slo=Slo(500.0, 50.0),
+            pod_prefix="h100",
+        ),
+        speed=1.0,
+    ),
+)
 # (pool, GPU profile): two pools, so that the Overview compares them.
-DEMO_POOLS = (("default", "a100-llama3-8b"), ("h100", "h100-llama2-7b"))
+DEMO_POOLS = tuple((p.name, p.replay.gpu) for p in DEMO_SETUP)
 DEMO_OBJECTIVES = (
     ("chat-critical", 100, "Interactive chat; never shed."),
     ("standard", 0, "Default traffic."),
     ("batch-summaries", -10, "Offline summarisation; shed first under load."),
 )
 DEMO_ACTOR = Actor(DEMO_USER, "admin", frozenset())
-# 20 requests a second per pool (40 samples): a first model within about ten seconds, the
-# window visibly filling within a minute, and training that keeps up on a laptop.
 TICK_S = 1.0
-ROWS_PER_TICK = 20
+MAX_TICK_S = 5.0
+"""A tick never advances the simulations by more than this many wall seconds' worth: after a
+stall they fall behind the wall clock rather than flood the service with a burst of samples."""
+
+
+class ServedModels(OnlinePredictor):
+    """The models the service serves for a pool, in the place of the simulated router's own
+    online predictor: the demo's router predicts with what Headroom serves and learns through
+    ingestion, not inside the simulation."""
+
+    def __init__(self, store: ModelStore, pool: str) -> None:
+        super().__init__()
+        self.store = store
+        self.pool = pool
+        self._models: tuple[ServedModel, ServedModel | None] | None = None
+
+    def add(self, target: Any, row: tuple[float, ...], label_ms: float) -> None:
+        return None
+
+    def retrain(self, now: float) -> None:
+        return None
+
+    def ready(self) -> bool:
+        # The router asks right before it predicts: the models it sees now are the ones it uses.
+        ttft = self.store.get(self.pool, "ttft")
+        self._models = None if ttft is None else (ttft, self.store.get(self.pool, "tpot"))
+        return self._models is not None
+
+    def predict(
+        self, cols: dict[str, npt.NDArray[np.float64]]
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        if self._models is None:
+            raise LookupError("no TTFT model yet")
+        ttft, tpot = self._models
+        ttft_ms = np.asarray(ttft.predict("ttft", cols), dtype=np.float64)
+        if tpot is None:  # as the service answers a pool without a TPOT model
+            return ttft_ms, np.zeros_like(ttft_ms)
+        return ttft_ms, np.asarray(tpot.predict("tpot", cols), dtype=np.float64)
+
+
+class ServedRouting(PredictedLatency):
+    """Headroom's scheduling library as the EPP runs it against the service: the pool's policy,
+    the served models, prefix scores from the pods' caches (KV events)."""
+
+    def __init__(self, store: ModelStore, pool: str, policy: Policy, seed: int) -> None:
+        config = PredictedConfig(
+            policy=policy,
+            kind="hybrid",
+            prefix="precise",
+            pd_ttft_label="prefill",
+            learn_transfer=True,
+        )
+        super().__init__("headroom-served", f"the service's models for pool {pool}", config, seed)
+        self.store = store
+        self.pool = pool
+
+    def bind(self, view: RouterView) -> None:
+        super().bind(view)
+        self.predictors = {"": ServedModels(self.store, self.pool)}
+
+    def use(self, policy: Policy) -> None:
+        if policy != self.config.policy:
+            self.config = dataclasses.replace(self.config, policy=policy)
 
 
 class DemoFeeder:
-    def __init__(self, runtime: Runtime, seed: int = 7) -> None:
+    def __init__(self, runtime: Runtime, seed: int = 7, speed: float = 1.0) -> None:
+        """``speed`` multiplies every pool's own speed-up (simulated seconds per wall second)."""
         self.runtime = runtime
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self.speed = speed
+        self.replays: dict[str, TraceReplay] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.password = ""
 
     def prepare(self) -> None:
-        """Pools, objectives and the demo admin; safe to repeat on every start."""
+        """Pools, their policies and objectives, and the demo admin; safe to repeat on every
+        start."""
         settings = self.runtime.settings
         configured = settings.ui.demo_password
         self.password = configured.get_secret_value() if configured else secrets.token_urlsafe(9)
@@ -83,15 +225,21 @@ class DemoFeeder:
                 set_password(session, user, self.password)
                 set_role(session, user, "admin")
                 set_disabled(session, user, False)
-            for name, profile in DEMO_POOLS:
+            for demo in DEMO_SETUP:
+                name = demo.name
                 try:
                     pool = get_pool(session, name)
                 except PoolNotFound:
-                    pool = create_pool(
-                        session, PoolCreate(name=name, description=f"Demo: simulated {profile}.")
+                    pool = create_pool(session, PoolCreate(name=name, description=demo.describe()))
+                policy = policy_for_pool(session, pool.id)
+                if policy is None:
+                    create_policy(session, pool.id, demo.policy_spec(), DEMO_USER)
+                elif policy.version == 1 and spec_of(policy) == PolicySpec():
+                    # Upstream's defaults as the migration stored them for `default`, never
+                    # edited: the demo's instead (recorded in the policy's history).
+                    update_policy(
+                        session, policy, demo.policy_spec().model_dump(mode="json"), DEMO_ACTOR
                     )
-                if policy_for_pool(session, pool.id) is None:
-                    create_policy(session, pool.id, PolicySpec(), DEMO_USER)
                 for objective, priority, description in DEMO_OBJECTIVES:
                     if objective_by_name(session, pool.id, objective) is None:
                         create_objective(
@@ -121,21 +269,49 @@ class DemoFeeder:
             self._thread.join(timeout=10)
 
     def _loop(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(TICK_S):
+            now = time.monotonic()
+            elapsed, last = min(now - last, MAX_TICK_S), now
             try:
-                self.tick()
+                self.tick(elapsed)
             except Exception:  # the demo must outlive a failed round (e.g. a locked database)
                 log.exception("demo feeder round failed")
 
-    def tick(self) -> int:
-        """Ingest one round of simulated samples into every demo pool; returns rows added."""
+    def replay(self, demo: DemoPool) -> TraceReplay:
+        """The pool's replay, made on first use (loading a trace takes a moment)."""
+        replay = self.replays.get(demo.name)
+        if replay is None:
+            spec = dataclasses.replace(demo.replay, seed=self.seed)
+            store, pool = self.runtime.store, demo.name
+
+            def routing(fabric: TransferConfig, seed: int) -> ServedRouting:
+                return ServedRouting(store, pool, self._policy(pool), seed)
+
+            replay = self.replays[demo.name] = TraceReplay(spec, routing)
+        return replay
+
+    def _pool_id(self, pool: str) -> int:
+        pool_id = self.runtime.pools.cached(pool)
+        if pool_id is None:
+            with self.runtime.sessions() as session:
+                pool_id = self.runtime.pools.resolve(session, pool)
+        return pool_id
+
+    def _policy(self, pool: str) -> Policy:
+        return self.runtime.policy_cache.get(self._pool_id(pool)).policy
+
+    def tick(self, seconds: float = TICK_S) -> int:
+        """Advance every demo pool's simulation by ``seconds`` of wall-clock time (times its
+        speed-up) and ingest what its router observed meanwhile; returns rows added."""
         added = 0
-        for pool, profile in DEMO_POOLS:
-            entries = self.entries(pool, profile, ROWS_PER_TICK)
-            pool_id = self.runtime.pools.cached(pool)
+        for demo in DEMO_SETUP:
+            observations = self.observe(demo, seconds)
+            if not observations:
+                continue
+            entries = [TrainingEntry.model_validate(o.entry()) for o in observations]
+            pool_id = self._pool_id(demo.name)
             with unit_of_work(self.runtime.sessions) as session:
-                if pool_id is None:
-                    pool_id = self.runtime.pools.resolve(session, pool)
                 result = ingest(
                     session,
                     pool_id,
@@ -147,22 +323,17 @@ class DemoFeeder:
             added += result.ttft_rows + result.tpot_rows
         return added
 
-    def entries(self, pool: str, profile: str, n: int) -> list[TrainingEntry]:
-        rows = sample_rows(n, self.rng, load_profile(profile))
-        entries = [TrainingEntry.model_validate(e) for e in training_entries(rows)]
-        try:
-            predictions = predict_both(self.runtime.store, pool, columns(list(entries)))
-        except ModelsNotReady:
-            return entries
-        # What the router would have predicted at scheduling time: the Models page's live error.
-        out = []
-        for entry, ttft, tpot in zip(
-            entries, predictions.ttft_ms, predictions.tpot_ms, strict=True
-        ):
-            update: dict[str, Any] = {}
-            if entry.actual_ttft_ms > 0:
-                update["predicted_ttft_ms"] = float(ttft)
-            if entry.actual_tpot_ms > 0 and predictions.tpot is not None:
-                update["predicted_tpot_ms"] = float(tpot)
-            out.append(entry.model_copy(update=update))
-        return out
+    def observe(self, demo: DemoPool, seconds: float) -> list[Observation]:
+        """Run the pool's replay ``seconds`` of wall-clock time further, routing with the pool's
+        current policy; what its router observed."""
+        replay = self.replay(demo)
+        pool_policy = self.runtime.policy_cache.get(self._pool_id(demo.name))
+        routing = replay.recorder.inner
+        if isinstance(routing, ServedRouting):
+            routing.use(pool_policy.policy)
+        spec = pool_policy.spec
+        replay.sim.view.slo = Slo(
+            spec.default_ttft_slo_ms or demo.replay.slo.ttft_ms,
+            spec.default_tpot_slo_ms or demo.replay.slo.tpot_ms,
+        )
+        return replay.advance(seconds * demo.speed * self.speed)

@@ -1,0 +1,182 @@
+"""Demo mode's feeder on a real (SQLite) embedded service: the shipped traces replayed through the
+simulator, ingested as the EPP sends samples, trained on by the real trainer."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import func, select
+
+from backend import migrate
+from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.deps import Runtime
+from backend.policies.mapping import to_scheduling
+from backend.policies.service import policy_for_pool, update_policy
+from backend.pools.service import ensure_default_pool
+from backend.predictor.serving import ModelStore
+from backend.registry.locks import LocalLocks
+from backend.registry.trainer import Trainer
+from backend.samples.models import Sample, Target
+from backend.scheduling.types import TransferConfig
+from backend.settings import Settings, UISettings
+from backend.sim.replay import Observation, TraceReplay
+from backend.sim.traces import load_trace
+from backend.ui.demo import (
+    DEMO_ACTOR,
+    DEMO_POOLS,
+    DEMO_SETUP,
+    DemoFeeder,
+    DemoPool,
+    ServedRouting,
+)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    migrate.upgrade(url)
+    settings = Settings(
+        database_url=url,
+        ui=UISettings(demo=True, demo_password=SecretStr("demo-password-for-tests")),
+    )
+    engine = make_engine(url)
+    runtime = Runtime(settings=settings, engine=engine, sessions=make_sessionmaker(engine))
+    with unit_of_work(runtime.sessions) as session:
+        ensure_default_pool(session)
+    yield runtime
+    engine.dispose()
+
+
+def _samples(runtime: Runtime, pool: str, target: Target, after: int = 0) -> list[Sample]:
+    pool_id = runtime.pools.cached(pool)
+    with runtime.sessions() as session:
+        return list(
+            session.scalars(
+                select(Sample)
+                .where(Sample.pool_id == pool_id, Sample.target == int(target), Sample.id > after)
+                .order_by(Sample.id)
+            )
+        )
+
+
+def _expected(demo: DemoPool, seed: int, ticks: int) -> list[Observation]:
+    """The pool's trace replayed on its own, with the router the feeder uses (no model served
+    yet, so the library's heuristic fallback decides), one slice per tick."""
+
+    def routing(fabric: TransferConfig, lap_seed: int) -> ServedRouting:
+        return ServedRouting(ModelStore(), demo.name, to_scheduling(demo.policy_spec()), lap_seed)
+
+    replay = TraceReplay(dataclasses.replace(demo.replay, seed=seed), routing)
+    return [o for _ in range(ticks) for o in replay.advance(1.0 * demo.speed)]
+
+
+def test_the_feeder_ingests_the_trace_replay_tick_by_tick(runtime: Runtime) -> None:
+    assert DEMO_POOLS == (("default", "a100-llama3-8b"), ("h100", "h100-llama2-7b"))
+    feeder = DemoFeeder(runtime)
+    feeder.prepare()
+    added = [feeder.tick(1.0) for _ in range(8)]
+    assert all(n > 10 for n in added)  # samples in every tick, not in one burst
+    for demo in DEMO_SETUP:
+        replay = feeder.replays[demo.name]
+        assert replay.elapsed_s == pytest.approx(8 * demo.speed)  # in step with the ticks
+        expected = _expected(demo, feeder.seed, 8)
+        trace = load_trace(demo.replay.trace).scaled(demo.replay.load)
+        for target in (Target.TTFT, Target.TPOT):
+            want = [o for o in expected if o.target == target.label]
+            rows = _samples(runtime, demo.name, target)
+            # Exactly the replay's observations, in the order the router made them...
+            assert [(r.input_token_length, r.latency_ms, r.pod) for r in rows] == [
+                (int(o.row[1]), o.label_ms, o.pod) for o in want
+            ]
+            # ...whose prompts are the trace's, request by request.
+            assert [r.input_token_length for r in rows] == [
+                int(trace.input_tokens[o.rid]) for o in want
+            ]
+            assert [r.num_request_running for r in rows] == [int(o.row[3]) for o in want]
+        # From the trace's first request on: the requests that arrived in those seconds, but for
+        # a few still waiting for their first token.
+        arrived = int((trace.arrival_s <= replay.elapsed_s).sum())
+        rids = sorted(o.rid for o in expected if o.target == "ttft")
+        assert rids[0] == 0 and rids[-1] < arrived and len(rids) > 0.8 * arrived
+        assert {r.pod for r in _samples(runtime, demo.name, Target.TTFT)} == {
+            f"{demo.replay.pod_prefix}-{i}" for i in range(demo.replay.pods)
+        }
+
+
+def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) -> None:
+    feeder = DemoFeeder(runtime)
+    feeder.prepare()
+    for _ in range(12):
+        feeder.tick(1.0)
+    settings = runtime.settings
+    trainer = Trainer(
+        runtime.sessions, settings, LocalLocks(), runtime.notifier, failures=runtime.failures
+    )
+    outcomes = trainer.run_once()
+    assert len(outcomes) == 4 and {o.status for o in outcomes} == {"activated"}
+    for pool, _ in DEMO_POOLS:  # served at once (the embedded notifier refreshes the store)
+        assert runtime.store.get(pool, "ttft") is not None
+        assert runtime.store.get(pool, "tpot") is not None
+    seen = {pool: max(s.id for s in _samples(runtime, pool, Target.TTFT)) for pool, _ in DEMO_POOLS}
+    routers = {}
+    for pool, _ in DEMO_POOLS:
+        router = feeder.replays[pool].recorder.inner
+        assert isinstance(router, ServedRouting)
+        routers[pool] = router
+    before = {pool: (r.decisions, r.fallbacks) for pool, r in routers.items()}
+    for _ in range(10):
+        feeder.tick(1.0)
+    for pool, _ in DEMO_POOLS:
+        decisions, fallbacks = before[pool]
+        router = routers[pool]
+        # The simulated router now predicts with the service's models...
+        assert router.decisions - decisions > 50
+        assert router.fallbacks == fallbacks
+        # ...and the samples carry those predictions: the Models page's live error.
+        fresh = _samples(runtime, pool, Target.TTFT, seen[pool])
+        with_prediction = [s for s in fresh if s.predicted_ms is not None]
+        assert len(with_prediction) > 0.8 * len(fresh) > 40
+        assert all(math.isfinite(s.predicted_ms or math.nan) for s in with_prediction)
+    h100 = _samples(runtime, "h100", Target.TPOT)
+    assert any(s.predicted_ms is not None for s in h100)
+
+
+def test_a_policy_edit_changes_the_demo_routing(runtime: Runtime) -> None:
+    feeder = DemoFeeder(runtime)
+    feeder.prepare()
+    feeder.tick(1.0)
+    router = feeder.replays["h100"].recorder.inner
+    assert isinstance(router, ServedRouting)
+    assert router.config.policy.strategy == "most"
+    pool_id = runtime.pools.cached("h100")
+    assert pool_id is not None
+    with unit_of_work(runtime.sessions) as session:
+        row = policy_for_pool(session, pool_id)
+        assert row is not None
+        update_policy(session, row, {"strategy": "least", "default_ttft_slo_ms": 800.0}, DEMO_ACTOR)
+    runtime.policy_cache.invalidate()
+    feeder.tick(1.0)
+    assert router.config.policy.strategy == "least"
+    assert feeder.replays["h100"].sim.view.slo.ttft_ms == 800.0
+
+
+def test_the_feeder_thread_keeps_pace_with_the_wall_clock(runtime: Runtime) -> None:
+    started = time.monotonic()
+    feeder = DemoFeeder(runtime).start()
+    try:
+        while time.monotonic() - started < 3.5:
+            time.sleep(0.1)
+    finally:
+        feeder.stop()
+    wall = time.monotonic() - started
+    for demo in DEMO_SETUP:
+        elapsed = feeder.replays[demo.name].elapsed_s
+        assert 2.0 * demo.speed <= elapsed <= wall * demo.speed + 1e-6
+    with runtime.sessions() as session:
+        assert session.scalar(select(func.count()).select_from(Sample)) > 50
