@@ -3,7 +3,7 @@
 Every process keeps its served models fresh: a listener for activation notifications (Redis
 pub/sub in production) and a periodic poll as the fallback. In the embedded mode the process
 also trims windows and retrains, on the same service functions that Celery workers run in
-production (`workers/`).
+production (`workers/`), and purges expired console sessions and stale failed sign-ins.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from backend.auth.sessions import purge_expired, utcnow
 from backend.db import unit_of_work
 from backend.deps import Runtime
 from backend.registry.locks import LocalLocks
@@ -80,10 +81,15 @@ def start_background(runtime: Runtime) -> Background:
         with unit_of_work(runtime.sessions) as session:
             return trim_all_windows(session, settings.window.cap)
 
+    def purge() -> tuple[int, int]:
+        with unit_of_work(runtime.sessions) as session:
+            return purge_expired(session, utcnow(), settings)
+
     return Background(
         [
             poll,
             Periodic("trim-windows", settings.window.trim_interval_s, trim),
             Periodic("retrain", settings.training.interval_s, trainer.run_once),
+            Periodic("purge-sign-ins", settings.ui.purge_interval_s, purge),
         ]
     ).start()

@@ -57,6 +57,10 @@ def serve(
         host=host or settings.host,
         port=port or settings.port,
         workers=workers,
+        # Which peers may name the client in X-Forwarded-For: the console's sign-in limit counts
+        # per client address, and behind a proxy every client would otherwise be the proxy.
+        # None keeps uvicorn's default (FORWARDED_ALLOW_IPS, else 127.0.0.1 and ::1).
+        forwarded_allow_ips=settings.forwarded_allow_ips,
         log_level=settings.log_level,
     )
 

@@ -116,10 +116,39 @@ class UISettings(BaseModel):
         "means a random key per start (signing in again after a restart).",
     )
     session_max_age_s: int = Field(
-        8 * 3600, ge=60, description="A console session ends this long after signing in."
+        8 * 3600,
+        ge=60,
+        description="A console session ends this long after signing in, however active (its "
+        "database row expires; signing out, a password change or disabling the user end it "
+        "sooner).",
     )
     secure_cookies: bool = Field(
         False, description="Send the session cookie over HTTPS only; turn on behind TLS."
+    )
+    sign_in_max_failures_per_user: int = Field(
+        5,
+        ge=1,
+        description="Failed sign-ins for one username within `sign_in_failure_window_s` after "
+        "which further attempts for it are refused (429) without checking the password.",
+    )
+    sign_in_max_failures_per_ip: int = Field(
+        20,
+        ge=1,
+        description="Failed sign-ins from one client address within `sign_in_failure_window_s` "
+        "after which further attempts from it are refused (429). The address is the one uvicorn "
+        "reports: behind a proxy, see `forwarded_allow_ips`.",
+    )
+    sign_in_failure_window_s: int = Field(
+        15 * 60,
+        ge=1,
+        description="How far back failed sign-ins count towards the limits; a lock lifts when "
+        "enough of them are older than this.",
+    )
+    purge_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="How often expired console sessions and failed sign-ins older than the "
+        "window are deleted (a thread when embedded, a beat task in production).",
     )
     demo: bool = Field(
         False,
@@ -192,6 +221,14 @@ class Settings(BaseSettings):
     serving: ServingSettings = Field(default_factory=ServingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     ui: UISettings = Field(default_factory=UISettings)
+    forwarded_allow_ips: str | None = Field(
+        None,
+        description="Comma-separated addresses or networks of the reverse proxies whose "
+        "X-Forwarded-For / X-Forwarded-Proto `headroom serve` (uvicorn) believes; the console's "
+        "per-address sign-in limit counts the client address that results. '*' trusts any "
+        "peer: only when nothing but the proxy can reach the API. Unset: uvicorn's default "
+        "(the FORWARDED_ALLOW_IPS variable, else 127.0.0.1 and ::1).",
+    )
 
     @property
     def is_sqlite(self) -> bool:

@@ -32,6 +32,10 @@ def create_celery(settings: Settings) -> Celery:
                 "task": tasks.RETRAIN_DUE,
                 "schedule": settings.training.interval_s,
             },
+            "purge-sign-ins": {
+                "task": tasks.PURGE_SIGN_INS,
+                "schedule": settings.ui.purge_interval_s,
+            },
         },
     )
     tasks.register(app, settings)

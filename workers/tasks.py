@@ -14,6 +14,7 @@ from typing import Any
 from celery import Celery, Task
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.auth.sessions import purge_expired, utcnow
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.registry.failures import RedisFailures
 from backend.registry.locks import RedisLocks
@@ -27,6 +28,7 @@ TRIM_WINDOWS = "headroom.trim_windows"
 RETRAIN_DUE = "headroom.retrain_due"
 TRAIN = "headroom.train"
 SIMULATE = "headroom.simulate"
+PURGE_SIGN_INS = "headroom.purge_sign_ins"
 WHATIF = "headroom.whatif"
 
 _SETTINGS_KEY = "headroom_settings"
@@ -69,6 +71,13 @@ def trim_windows(task: Task) -> int:
         return trim_all_windows(session, settings.window.cap)
 
 
+def purge_sign_ins(task: Task) -> list[int]:
+    """Delete expired console sessions and failed sign-ins older than the limit's window."""
+    settings = _settings(task)
+    with unit_of_work(_sessions(settings.database_url)) as session:
+        return list(purge_expired(session, utcnow(), settings))
+
+
 def train(task: Task, pool_id: int, target: str) -> dict[str, object]:
     """Train one (pool, target); the Redis lock makes a concurrent duplicate a no-op."""
     outcome = _trainer(_settings(task)).train(pool_id, Target.from_label(target))
@@ -107,6 +116,7 @@ def register(app: Celery, settings: Settings) -> None:
     app.conf[_SETTINGS_KEY] = settings
     for name, function, extra in (
         (TRIM_WINDOWS, trim_windows, {}),
+        (PURGE_SIGN_INS, purge_sign_ins, {}),
         (RETRAIN_DUE, retrain_due, {}),
         (TRAIN, train, {}),
         (WHATIF, whatif, {}),

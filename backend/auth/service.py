@@ -1,4 +1,4 @@
-"""Users, roles and API tokens."""
+"""Users, roles and API tokens (console sessions: `backend.auth.sessions`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Literal
 
 from argon2 import PasswordHasher
 from argon2.exceptions import VerificationError
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from backend.auth.models import ApiToken, User
+from backend.auth.models import ApiToken, UiSession, User
 
 Role = Literal["viewer", "editor", "admin"]
 Scope = Literal["ingest", "predict", "admin"]
@@ -144,19 +144,32 @@ def set_role(session: Session, user: User, role: Role) -> User:
 
 
 def set_disabled(session: Session, user: User, disabled: bool) -> User:
-    """A disabled user cannot sign in, and their tokens stop working (within the few seconds
-    that `backend.auth.tokens.TokenCache` keeps a resolved token)."""
+    """A disabled user cannot sign in, their console sessions end, and their tokens stop working
+    (within the few seconds that `backend.auth.tokens.TokenCache` keeps a resolved token)."""
     user.disabled = disabled
+    if disabled:
+        # Deleted, not just refused while disabled: enabling the user again must not bring back
+        # a session someone may have copied in the meantime.
+        end_user_sessions(session, user.id)
     session.flush()
     return user
 
 
 def set_password(session: Session, user: User, password: str) -> User:
+    """A new password ends every console session of the user: whoever signed in with the old
+    one (or copied a cookie) is out, wherever the change was made (console, CLI, demo start)."""
     if len(password) < 8:
         raise ValueError("password must have at least 8 characters")
     user.password_hash = _hasher.hash(password)
+    end_user_sessions(session, user.id)
     session.flush()
     return user
+
+
+def end_user_sessions(session: Session, user_id: int) -> int:
+    """Delete every console session of a user (sign out everywhere); how many there were."""
+    result = session.execute(delete(UiSession).where(UiSession.user_id == user_id))
+    return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 def list_tokens(session: Session) -> Sequence[tuple[ApiToken, str]]:

@@ -1,10 +1,13 @@
-"""Console sign-in sessions: a signed cookie that names the user, checked against the database.
+"""Console sign-in sessions: a signed cookie naming a session row of the database.
 
 The cookie (Starlette's SessionMiddleware: JSON signed with itsdangerous, with a timestamp that
-`max_age` bounds) carries the user's id, a fingerprint of their password hash and the CSRF
-token. The user row is read again on every request, so a disabled user, a changed role or a
-changed password takes effect at once; a cookie whose signature does not verify is ignored
-(the request is anonymous).
+`max_age` bounds) carries a random session id and the CSRF token. The id is only valid while its
+row in `ui_sessions` exists (only the id's SHA-256 is stored) and has not expired, and while its
+user is enabled: signing out deletes the row, so a copy of the cookie is worth nothing
+afterwards, on every API replica. A password change, disabling the user and an admin's "sign out
+everywhere" delete the user's rows (`backend.auth.service.end_user_sessions`). The user row is
+read on every request, so a changed role takes effect at once. A cookie whose signature does not
+verify is ignored (the request is anonymous).
 """
 
 from __future__ import annotations
@@ -12,21 +15,38 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from backend.auth.models import User
+from backend.auth.models import UiSession, User
 from backend.auth.service import Actor
+from backend.auth.throttle import ADDRESS_WIDTH, purge_failures
 from backend.settings import Settings
 
 COOKIE_NAME = "headroom_session"
+# The cookie key holding the session id (cookies of earlier releases have none: signed out).
+SESSION_KEY = "sid"
+# last_seen_at is informative (Admin page), so it is written at most this often per session,
+# not on every request: a page that polls every 5 s must not mean a database write each time.
+LAST_SEEN_RESOLUTION = timedelta(minutes=1)
+
 MIN_SECRET_LENGTH = 32
 # Values that tutorials, templates and compose files ship; a deployment must not keep them.
 PLACEHOLDER_SECRETS = frozenset(
     {"changethis", "changeme", "change-me", "change_me", "secret", "placeholder", "headroom"}
 )
+
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 class InsecureSecret(RuntimeError):
@@ -56,11 +76,6 @@ def session_secret(settings: Settings) -> str:
     return value
 
 
-def password_fingerprint(user: User) -> str:
-    """Changes whenever the password does, which ends every session signed in with the old one."""
-    return hashlib.sha256(user.password_hash.encode()).hexdigest()[:16]
-
-
 def new_csrf_token() -> str:
     return secrets.token_urlsafe(32)
 
@@ -81,34 +96,103 @@ def csrf_matches(session: MutableMapping[str, Any], submitted: str | None) -> bo
     return hmac.compare_digest(expected.encode(), submitted.encode())
 
 
-def sign_in(session: MutableMapping[str, Any], user: User) -> None:
-    """Start a fresh session for `user`: nothing of the anonymous one survives (no fixation)."""
+def _digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who is signing in from where; recorded on the session row, never checked."""
+
+    user_agent: str | None = None
+    ip: str | None = None
+
+
+def sign_in(
+    db: Session,
+    session: MutableMapping[str, Any],
+    user: User,
+    *,
+    now: datetime,
+    max_age_s: int,
+    client: Client | None = None,
+) -> UiSession:
+    """Start a fresh session for `user`: a new row, and a cookie that names it and nothing of
+    the anonymous one (no fixation: not even the CSRF token survives). The caller commits."""
+    client = client or Client()
+    session_id = secrets.token_urlsafe(32)
+    row = UiSession(
+        session_hash=_digest(session_id),
+        user_id=user.id,
+        created_at=now,
+        last_seen_at=now,
+        expires_at=now + timedelta(seconds=max_age_s),
+        user_agent=client.user_agent[:255] if client.user_agent else None,
+        client_ip=client.ip[:ADDRESS_WIDTH] if client.ip else None,
+    )
+    db.add(row)
+    db.flush()
     session.clear()
-    session["uid"] = user.id
-    session["pv"] = password_fingerprint(user)
+    session[SESSION_KEY] = session_id
     session["csrf"] = new_csrf_token()
+    return row
 
 
-def sign_out(session: MutableMapping[str, Any]) -> None:
+def sign_out(db: Session, session: MutableMapping[str, Any]) -> None:
+    """Delete the session's row (a copy of the cookie is refused from now on) and clear the
+    cookie. The caller commits."""
+    session_id = session.get(SESSION_KEY)
+    if isinstance(session_id, str) and session_id:
+        db.execute(delete(UiSession).where(UiSession.session_hash == _digest(session_id)))
     session.clear()
 
 
-def signed_in_user(db: Session, session: MutableMapping[str, Any]) -> User | None:
-    """The session's user, or None when nobody is signed in or the session no longer holds."""
-    uid = session.get("uid")
-    if not isinstance(uid, int):
+def signed_in_user(db: Session, session: MutableMapping[str, Any], now: datetime) -> User | None:
+    """The session's user, or None when nobody is signed in or the session no longer holds
+    (signed out, expired, ended by an admin or a password change, user disabled)."""
+    session_id = session.get(SESSION_KEY)
+    if not isinstance(session_id, str) or not session_id:
         return None
-    user = db.get(User, uid)
-    fingerprint = session.get("pv")
-    if (
-        user is None
-        or user.disabled
-        or not isinstance(fingerprint, str)
-        or not hmac.compare_digest(fingerprint, password_fingerprint(user))
-    ):
+    found = db.execute(
+        select(UiSession, User)
+        .join(User, User.id == UiSession.user_id)
+        .where(UiSession.session_hash == _digest(session_id))
+    ).first()
+    if found is None:
         session.clear()
         return None
+    row, user = found
+    if row.expires_at <= now or user.disabled:
+        session.clear()
+        return None
+    if now - row.last_seen_at >= LAST_SEEN_RESOLUTION:
+        # A plain UPDATE (not the ORM's, which would fail on a row signed out a moment ago by
+        # another request), committed here: most console requests are reads that commit nothing.
+        db.execute(
+            update(UiSession)
+            .where(UiSession.session_hash == row.session_hash)
+            .values(last_seen_at=now)
+        )
+        db.commit()
     return user
+
+
+def active_session_counts(db: Session, now: datetime) -> dict[int, int]:
+    """Unexpired sessions per user id (users without any are absent)."""
+    rows = db.execute(
+        select(UiSession.user_id, func.count())
+        .where(UiSession.expires_at > now)
+        .group_by(UiSession.user_id)
+    )
+    return {int(user_id): int(count) for user_id, count in rows}
+
+
+def purge_expired(db: Session, now: datetime, settings: Settings) -> tuple[int, int]:
+    """Delete expired sessions and the failed sign-ins that no longer count (both are refused
+    or ignored anyway; this only keeps the tables small). Returns how many of each."""
+    sessions = db.execute(delete(UiSession).where(UiSession.expires_at <= now))
+    failures = purge_failures(db, now, timedelta(seconds=settings.ui.sign_in_failure_window_s))
+    return int(sessions.rowcount), failures  # type: ignore[attr-defined]
 
 
 def actor_of(user: User) -> Actor:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Query, Request
 from fastapi.responses import RedirectResponse
 
 from backend.auth.service import Actor
-from backend.auth.sessions import actor_of, csrf_matches, signed_in_user
+from backend.auth.sessions import Clock, actor_of, csrf_matches, signed_in_user, utcnow
 from backend.deps import SessionDep
 from backend.pools.models import DEFAULT_POOL, Pool
 from backend.pools.service import list_pools
@@ -29,6 +29,8 @@ class ConsoleState:
     settings: Settings
     renderer: Renderer
     whatif: WhatIfRunner | None = None
+    # What "now" is for session expiry and the sign-in limits; tests move it instead of sleeping.
+    clock: Clock = field(default=utcnow)
 
 
 def get_state(request: Request) -> ConsoleState:
@@ -66,8 +68,8 @@ async def csrf_protect(request: Request) -> None:
         raise CsrfRejected
 
 
-def console_actor(request: Request, session: SessionDep) -> Actor:
-    user = signed_in_user(session, request.session)
+def console_actor(request: Request, session: SessionDep, state: StateDep) -> Actor:
+    user = signed_in_user(session, request.session, state.clock())
     if user is None:
         target = request.url.path
         if request.url.query:
@@ -117,6 +119,13 @@ def choose_pool(
 
 
 PoolDep = Annotated[PoolChoice, Depends(choose_pool)]
+
+
+def client_ip(request: Request) -> str:
+    """The address the sign-in limit counts: the peer uvicorn reports, which behind a reverse
+    proxy is the X-Forwarded-For client only if uvicorn trusts that proxy (`headroom serve`
+    passes HEADROOM_FORWARDED_ALLOW_IPS as uvicorn's forwarded_allow_ips)."""
+    return request.client.host if request.client is not None else "unknown"
 
 
 def see_other(request: Request, path: str) -> RedirectResponse:

@@ -1,4 +1,5 @@
-"""Sessions that were not issued by the server are refused; tokens are shown once."""
+"""Sessions that were not issued by the server, or were signed out, are refused; tokens are
+shown once."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import sqlite3
 
 import pytest
 from itsdangerous import TimestampSigner
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from backend.auth.sessions import COOKIE_NAME
+from backend.auth.sessions import COOKIE_NAME, SESSION_KEY
 from tests.browser.conftest import Console, screenshot, sign_in
 
 pytestmark = pytest.mark.browser
@@ -21,22 +22,28 @@ def _session_cookie(context: BrowserContext) -> dict[str, object]:
     return next(c for c in context.cookies() if c["name"] == COOKIE_NAME)  # type: ignore[return-value]
 
 
-def _user_id(console: Console, name: str) -> int:
-    path = console.database_url.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as db:
-        (user_id,) = db.execute("SELECT id FROM users WHERE username = ?", (name,)).fetchone()
-    return int(user_id)
+def _payload(cookie: dict[str, object]) -> dict[str, object]:
+    payload, _, _ = str(cookie["value"]).rsplit(".", 2)
+    data: dict[str, object] = json.loads(base64.b64decode(payload))
+    return data
 
 
 def test_a_forged_session_cookie_is_refused(
-    page: Page, context: BrowserContext, console: Console
+    page: Page, context: BrowserContext, browser: Browser, console: Console
 ) -> None:
+    # The admin's session id, as if it had leaked (say, from a log).
+    admin = browser.new_context(base_url=console.url)
+    try:
+        sign_in(admin.new_page(), "ada")
+        admin_session = _payload(_session_cookie(admin))[SESSION_KEY]
+    finally:
+        admin.close()
     sign_in(page, "vera")  # a viewer...
     cookie = _session_cookie(context)
-    payload, timestamp, signature = str(cookie["value"]).rsplit(".", 2)
-    data = json.loads(base64.b64decode(payload))
-    # ...who edits her cookie to be the admin, keeping the (now wrong) signature.
-    data["uid"] = _user_id(console, "ada")
+    _, timestamp, signature = str(cookie["value"]).rsplit(".", 2)
+    data = _payload(cookie)
+    # ...who edits her cookie to hold the admin's session, keeping the (now wrong) signature.
+    data[SESSION_KEY] = admin_session
     forged = base64.b64encode(json.dumps(data).encode()).decode()
     context.add_cookies([{**cookie, "value": f"{forged}.{timestamp}.{signature}"}])  # type: ignore[list-item]
     page.goto("/ui/admin")
@@ -47,6 +54,28 @@ def test_a_forged_session_cookie_is_refused(
     context.add_cookies([{**cookie, "value": other.decode()}])  # type: ignore[list-item]
     page.goto("/ui/admin")
     expect(page).to_have_url(re.compile(r"/ui/login\?next=/ui/admin"))
+
+
+def test_a_copied_cookie_is_refused_once_its_session_signs_out(
+    page: Page, context: BrowserContext, browser: Browser, console: Console
+) -> None:
+    sign_in(page, "eddie")
+    # Someone copies the session cookie into another browser: it works there...
+    elsewhere = browser.new_context(base_url=console.url)
+    try:
+        elsewhere.add_cookies([_session_cookie(context)])  # type: ignore[list-item]
+        other = elsewhere.new_page()
+        other.goto("/ui/policies")
+        expect(other.get_by_test_id("who")).to_have_text("eddie")
+        # ...until eddie signs out in his own browser: the session is gone on the server.
+        page.get_by_role("button", name="Sign out").click()
+        expect(page).to_have_url(re.compile(r"/ui/login$"))
+        other.goto("/ui/policies")
+        expect(other).to_have_url(re.compile(r"/ui/login\?next=/ui/policies"))
+        expect(other.get_by_role("heading", name="Sign in")).to_be_visible()
+        screenshot(other, "copied-cookie-after-sign-out")
+    finally:
+        elsewhere.close()
 
 
 def test_session_cookie_is_http_only_and_scoped_to_the_console(

@@ -26,6 +26,8 @@ TABLES = (
     "active_models",
     "model_versions",
     "samples",
+    "ui_sessions",
+    "sign_in_failures",
     "api_tokens",
     "users",
     "pools",

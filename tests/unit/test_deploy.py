@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 import yaml
+from typer.testing import CliRunner
 
-from backend.settings import Settings
+from backend.cli import app
+from backend.settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,3 +80,29 @@ def test_compose_runs_migrations_once_and_two_api_replicas() -> None:
     assert "healthcheck" in services["api-1"] and "healthcheck" in services["postgres"]
     nginx = (ROOT / "deploy/nginx/nginx.conf").read_text()
     assert "server api-1:8000" in nginx and "server api-2:8000" in nginx
+
+
+def test_behind_nginx_the_api_sees_the_real_client_address(monkeypatch: Any) -> None:
+    """The console's per-address sign-in limit needs the client, not the proxy: nginx names the
+    peer in X-Forwarded-For (overwriting whatever the client sent), the API replicas believe
+    it, and `headroom serve` hands the setting to uvicorn."""
+    nginx = (ROOT / "deploy/nginx/nginx.conf").read_text()
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in nginx
+    assert "$proxy_add_x_forwarded_for" not in nginx  # appending would let clients choose
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for name in ("api-1", "api-2"):
+        assert services[name]["environment"]["HEADROOM_FORWARDED_ALLOW_IPS"] == "*"
+    assert "ports" not in services["api-1"] and "ports" not in services["api-2"]
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(sys, "setswitchinterval", lambda _: None)
+    monkeypatch.setenv("HEADROOM_DATABASE_URL", "sqlite://")
+    monkeypatch.setenv("HEADROOM_FORWARDED_ALLOW_IPS", "10.0.0.0/8")
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["serve"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    assert calls[0]["forwarded_allow_ips"] == "10.0.0.0/8"

@@ -1,4 +1,4 @@
-"""Admin: users and their roles, and API tokens (shown once, stored hashed)."""
+"""Admin: users, their roles and console sessions, and API tokens (shown once, stored hashed)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from starlette.responses import RedirectResponse, Response
 
 from backend.auth import service as auth
 from backend.auth.service import ROLES, SCOPES, Actor
-from backend.deps import SessionDep
+from backend.auth.sessions import active_session_counts
+from backend.deps import IdPath, SessionDep
 from backend.ui.deps import ConsoleAdmin, ConsoleState, StateDep, see_other
 
 router = APIRouter()
@@ -33,6 +34,7 @@ def _render(
         "admin.html",
         {
             "users": auth.list_users(session),
+            "session_counts": active_session_counts(session, state.clock()),
             "tokens": auth.list_tokens(session),
             "roles": ROLES,
             "scopes": SCOPES,
@@ -123,6 +125,24 @@ async def change_user(
         raise HTTPException(422, "action: role, disable or enable")
     session.commit()
     request.session["flash"] = message
+    return _back(request)
+
+
+@router.post("/admin/users/{user_id}/sign-out")
+def sign_out_everywhere(
+    user_id: IdPath, request: Request, session: SessionDep, actor: ConsoleAdmin
+) -> Response:
+    """End every console session of a user (a lost laptop, a shared cookie). Allowed on
+    oneself too: it ends this session as well, and the next page asks to sign in."""
+    try:
+        user = auth.get_user(session, user_id)
+    except auth.NotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    ended = auth.end_user_sessions(session, user.id)
+    session.commit()
+    request.session["flash"] = (
+        f"{user.username} signed out everywhere ({ended} session{'s' if ended != 1 else ''})."
+    )
     return _back(request)
 
 
