@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
+from starlette.concurrency import run_in_threadpool
 
 from backend import logs, migrate
 from backend.background import start_background
@@ -24,6 +25,8 @@ from backend.pools.router import router as pools_router
 from backend.pools.service import ensure_default_pool
 from backend.registry.router import router as registry_router
 from backend.routing.router import router as routing_router
+from backend.samples import offload
+from backend.samples.offload import IngestPool
 from backend.samples.router import router as samples_router
 from backend.serving.router import router as serving_router
 from backend.settings import Settings, get_settings
@@ -53,6 +56,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         telemetry.registry.register(collector)
         with unit_of_work(runtime.sessions) as session:
             ensure_default_pool(session)
+        if processes := offload.wanted(settings):
+            runtime.ingest_pool = IngestPool(settings, processes)
+            await run_in_threadpool(runtime.ingest_pool.warm_up)
         app.state.runtime = runtime
         background = start_background(runtime)
         console.start(runtime)
@@ -62,6 +68,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             console.stop()
             background.stop()
+            if runtime.ingest_pool is not None:
+                await run_in_threadpool(runtime.ingest_pool.close)
             telemetry.registry.unregister(collector)
             engine.dispose()
 
@@ -77,25 +85,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, limit=settings.ingest.max_body_bytes, telemetry=telemetry)
     # Outermost: every response, errors and 413s included, gets a request id and is timed.
     app.add_middleware(RequestContext, telemetry=telemetry)
+    # Routes are matched in order, one by one: the EPP's hot paths (bulk predictions on every
+    # scheduling decision, training samples every second) come first.
+    for router in (
+        compat_training_router,
+        compat_root_router,
+        serving_router,
+        samples_router,
+        compat_pool_router,
+        health_router,
+        pools_router,
+        registry_router,
+        policies_router,
+        routing_router,
+    ):
+        app.include_router(router, responses=ERROR_RESPONSES)
+
     # The web console: its own sub-application (sessions, CSRF, HTML errors), see backend/ui.
     console = Console(settings)
+    app.state.console = console  # its state (clock, renderer) is reachable for tests
     app.mount(CONSOLE_PREFIX, console.app)
 
     @app.get("/", include_in_schema=False)
     def console_home() -> RedirectResponse:
         return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=307)
 
-    for router in (
-        health_router,
-        pools_router,
-        samples_router,
-        serving_router,
-        registry_router,
-        policies_router,
-        routing_router,
-        compat_training_router,
-        compat_root_router,
-        compat_pool_router,
-    ):
-        app.include_router(router, responses=ERROR_RESPONSES)
     return app

@@ -18,6 +18,7 @@ from backend.registry.failures import FailureCounter, LocalFailures, RedisFailur
 from backend.registry.notify import LocalNotifier, Notifier, RedisNotifier
 from backend.registry.sync import StoreSync
 from backend.routing.service import PolicyCache
+from backend.samples.offload import IngestPool
 from backend.samples.window import WindowSpec
 from backend.settings import Settings
 from backend.telemetry import Telemetry
@@ -34,6 +35,8 @@ class Runtime:
     rng: random.Random = field(default_factory=random.Random)
     store: ModelStore = field(default_factory=ModelStore)
     telemetry: Telemetry = field(default_factory=Telemetry)
+    # Production mode: helper processes that store ingestion batches (see samples.offload).
+    ingest_pool: IngestPool | None = None
     # Derived at start-up: bound to this runtime's sessions, store and mode.
     sync: StoreSync = field(init=False)
     notifier: Notifier = field(init=False)
@@ -59,7 +62,8 @@ class Runtime:
         return WindowSpec.from_settings(self.settings.window)
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
+    # Async so that FastAPI does not hand it to the thread pool (see auth.deps.current_actor).
     runtime: Runtime = request.app.state.runtime
     return runtime
 

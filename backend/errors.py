@@ -8,6 +8,7 @@ read it; for validation errors it names the row index and field of the first pro
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -103,9 +104,17 @@ def validate_body(model: type[M], data: Any, *, json: bool = False) -> M:
 
 def as_request_error(exc: ValidationError) -> RequestValidationError:
     """A pydantic error about a request body, as FastAPI's own 422."""
-    return RequestValidationError(
-        [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-    )
+    return body_errors(exc.errors(include_url=False))
+
+
+def body_errors(errors: Iterable[Mapping[str, Any]]) -> RequestValidationError:
+    """pydantic's error entries about a request body (locations relative to it) as FastAPI's
+    own 422."""
+    return RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors])
+
+
+class StorageUnavailable(RuntimeError):
+    """The database, or the helper process that writes to it, cannot take a batch now."""
 
 
 class ErrorBody(BaseModel):
@@ -136,6 +145,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PoolNotFound, _on_pool_not_found)
     app.add_exception_handler(OperationalError, _on_database_error)
     app.add_exception_handler(InterfaceError, _on_database_error)
+    app.add_exception_handler(StorageUnavailable, _on_database_error)
     app.add_exception_handler(PoolExists, _on_pool_exists)
 
 

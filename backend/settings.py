@@ -186,6 +186,15 @@ class IngestSettings(BaseModel):
     max_body_bytes: int = Field(
         32 * 1024 * 1024, ge=1024, description="Largest request body accepted, in bytes."
     )
+    processes: int = Field(
+        1,
+        ge=0,
+        le=32,
+        description="Helper processes per API process that parse, validate and store "
+        "ingestion batches in production mode, so that this CPU work does not compete with "
+        "predictions for the API process's GIL. 0 stores in the API process (as the embedded "
+        "mode always does).",
+    )
 
 
 class Settings(BaseSettings):
@@ -212,6 +221,14 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Address `headroom serve` binds.")
     port: int = Field(8000, description="Port `headroom serve` listens on.")
+    forwarded_allow_ips: str | None = Field(
+        None,
+        description="Comma-separated addresses or networks of the reverse proxies whose "
+        "X-Forwarded-For / X-Forwarded-Proto `headroom serve` (uvicorn) believes; the console's "
+        "per-address sign-in limit counts the client address that results. '*' trusts any "
+        "peer: only when nothing but the proxy can reach the API. Unset: uvicorn's default "
+        "(the FORWARDED_ALLOW_IPS variable, else 127.0.0.1 and ::1).",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Log level of the service."
     )
@@ -221,14 +238,6 @@ class Settings(BaseSettings):
     serving: ServingSettings = Field(default_factory=ServingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     ui: UISettings = Field(default_factory=UISettings)
-    forwarded_allow_ips: str | None = Field(
-        None,
-        description="Comma-separated addresses or networks of the reverse proxies whose "
-        "X-Forwarded-For / X-Forwarded-Proto `headroom serve` (uvicorn) believes; the console's "
-        "per-address sign-in limit counts the client address that results. '*' trusts any "
-        "peer: only when nothing but the proxy can reach the API. Unset: uvicorn's default "
-        "(the FORWARDED_ALLOW_IPS variable, else 127.0.0.1 and ::1).",
-    )
 
     @property
     def is_sqlite(self) -> bool:

@@ -1,9 +1,9 @@
 """Ingestion throughput: `POST /add_training_data_bulk` into PostgreSQL versus raw COPY.
 
 One `headroom serve` process (one uvicorn worker) on loopback, batches of 1,000 upstream-shaped
-entries (half TTFT, half TPOT samples, as the EPP sends them). The ceiling is a plain psycopg
-`COPY` of the very same rows into the same table, one transaction per 1,000, measured in the
-same run. Prints JSON.
+entries (half TTFT, half TPOT samples, as the EPP sends them). The ceiling is the service's own
+binary `COPY` of the very same rows, built ahead, into the same table, one transaction per
+1,000, measured in the same run. Prints JSON.
 
     .venv/bin/python bench/ingest.py [--batches 100]
 """
@@ -26,9 +26,9 @@ from _common import bench_database_url, headroom_process, machine, recreate_data
 from sqlalchemy.engine import make_url
 
 from backend import migrate
-from backend.samples.models import SAMPLE_COLUMNS
+from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.samples.schemas import TrainingEntry
-from backend.samples.service import build_rows
+from backend.samples.service import build_rows, write_rows
 from backend.samples.window import WindowSpec
 from backend.settings import WindowSettings
 
@@ -88,23 +88,25 @@ def post_batches(url: str, bodies: list[bytes], clients: int) -> float:
 
 
 def copy_ceiling(database_url: str, batches: list[list[dict[str, Any]]]) -> float:
-    """Seconds for raw COPY of the same rows, one transaction per batch, rows prepared ahead."""
+    """Seconds to COPY the same rows, one transaction per batch, rows prepared ahead."""
     spec = WindowSpec.from_settings(WindowSettings())
     rng = random.Random(0)
     prepared = [
         build_rows(1, [TrainingEntry.model_validate(e) for e in b], spec, 0.1, rng)[0]
         for b in batches
     ]
-    u = make_url(database_url).set(drivername="postgresql")
-    sql = f"COPY samples ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN"
-    with psycopg.connect(u.render_as_string(hide_password=False)) as conn:
+    # The service's own write (binary COPY), alone: what storing costs with parsing, validation
+    # and HTTP taken away.
+    engine = make_engine(database_url)
+    sessions = make_sessionmaker(engine)
+    try:
         start = time.perf_counter()
         for rows in prepared:
-            with conn.cursor() as cur, cur.copy(sql) as copy:
-                for row in rows:
-                    copy.write_row(row)
-            conn.commit()
+            with unit_of_work(sessions) as session:
+                write_rows(session, rows)
         return time.perf_counter() - start
+    finally:
+        engine.dispose()
 
 
 def count_rows(database_url: str) -> int:

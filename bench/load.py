@@ -3,7 +3,8 @@
 One `headroom serve` (one uvicorn worker, production mode: PostgreSQL + Redis) is trained,
 then driven open-loop for `--seconds`: `--rate` `POST /predict/bulk/strict` calls per second
 of 100 rows each, spread over several client processes, plus `--ingest-rate` calls per second
-of 1,000 entries to `POST /add_training_data_bulk`. Latency is measured from each call's
+of 1,000 entries to `POST /add_training_data_bulk` (from several client processes, as from
+several EPP replicas). Latency is measured from each call's
 scheduled send time (so a stalled server cannot hide behind a slowed client: no coordinated
 omission). Prints JSON: achieved rates, errors, p50/p90/p99/max per kind.
 
@@ -16,6 +17,7 @@ import argparse
 import http.client
 import json
 import multiprocessing as mp
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
+ENTRIES_PER_CALL = 1000
 
 
 def _drive(
@@ -38,13 +41,24 @@ def _drive(
     path: str,
     bodies: list[bytes],
     rate: float,
-    start: float,
+    offset: float,
     seconds: float,
     ok_status: int,
+    clock: Any,
     out: Any,
 ) -> None:
+    # The load generator shares the machine with the server: at a lower priority it does not
+    # preempt the server each time a response wakes it up. A client that runs late only makes
+    # the latency it measures (from the scheduled send time) worse, never better.
+    os.nice(10)
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    # Every client is up (imports done, connection made) before the clock starts: a client
+    # still starting would otherwise count its own start-up as the server's latency.
+    ready, go, start_at = clock
+    ready.wait()
+    go.wait()
+    start = start_at.value + offset
     latencies: list[float] = []
     errors = 0
     n = int(rate * seconds)
@@ -87,6 +101,18 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500, help="bulk-strict calls per second")
     parser.add_argument("--ingest-rate", type=float, default=20, help="ingest calls per second")
     parser.add_argument("--clients", type=int, default=4, help="prediction client processes")
+    parser.add_argument(
+        "--ingest-processes",
+        type=int,
+        default=1,
+        help="the API process's ingestion helper processes (HEADROOM_INGEST__PROCESSES)",
+    )
+    parser.add_argument(
+        "--ingest-clients",
+        type=int,
+        default=4,
+        help="ingestion client processes (EPP replicas each post their own batches)",
+    )
     args = parser.parse_args()
 
     profile = load_profile("a100-llama3-8b")
@@ -95,10 +121,11 @@ def main() -> None:
         orjson.dumps({"requests": prediction_requests(sample_rows(100, rng, profile))})
         for _ in range(20)
     ]
-    ingest_bodies = [
-        orjson.dumps({"entries": training_entries(sample_rows(500, rng, profile))})
-        for _ in range(10)
-    ]
+    # As the EPP sends them: each observed request is a TTFT entry and a TPOT entry, so 500
+    # requests make the 1,000 entries of a call.
+    ingest_entries = [training_entries(sample_rows(500, rng, profile)) for _ in range(10)]
+    assert all(len(entries) == ENTRIES_PER_CALL for entries in ingest_entries)
+    ingest_bodies = [orjson.dumps({"entries": entries}) for entries in ingest_entries]
     url_db = bench_database_url("headroom_bench_load")
     recreate_database(url_db)
     migrate.upgrade(url_db)
@@ -106,45 +133,41 @@ def main() -> None:
         "HEADROOM_DATABASE_URL": url_db,
         "HEADROOM_REDIS_URL": REDIS_URL,
         "HEADROOM_LOG_LEVEL": "warning",
+        "HEADROOM_INGEST__PROCESSES": str(args.ingest_processes),
     }
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp, headroom_process(env, Path(tmp)) as (url, _):
         _train(url, url_db, ingest_bodies[0])
         queue: Any = ctx.Queue()
-        start = time.perf_counter() + 2.0  # let every process start before the clock runs
-        procs = [
-            ctx.Process(
+        n_procs = args.clients + args.ingest_clients
+        clock = (ctx.Barrier(n_procs + 1), ctx.Event(), ctx.Value("d", 0.0))
+
+        def client(path: str, bodies: list[bytes], rate: float, offset: float, ok: int) -> Any:
+            return ctx.Process(
                 target=_drive,
-                args=(
-                    url,
-                    "/predict/bulk/strict",
-                    predict_bodies,
-                    args.rate / args.clients,
-                    start + k / args.rate,
-                    args.seconds,
-                    200,
-                    queue,
-                ),
+                args=(url, path, bodies, rate, offset, args.seconds, ok, clock, queue),
+            )
+
+        procs = [
+            client(
+                "/predict/bulk/strict", predict_bodies, args.rate / args.clients, k / args.rate, 200
             )
             for k in range(args.clients)
-        ]
-        procs.append(
-            ctx.Process(
-                target=_drive,
-                args=(
-                    url,
-                    "/add_training_data_bulk",
-                    ingest_bodies,
-                    args.ingest_rate,
-                    start,
-                    args.seconds,
-                    202,
-                    queue,
-                ),
+        ] + [
+            client(
+                "/add_training_data_bulk",
+                ingest_bodies,
+                args.ingest_rate / args.ingest_clients,
+                k / args.ingest_rate,
+                202,
             )
-        )
+            for k in range(args.ingest_clients)
+        ]
         for p in procs:
             p.start()
+        clock[0].wait()
+        clock[2].value = time.perf_counter() + 0.2
+        clock[1].set()
         results: dict[str, tuple[list[float], int]] = {}
         for _ in procs:
             path, lat, err = queue.get()
@@ -160,9 +183,11 @@ def main() -> None:
                 "benchmark": "load",
                 "machine": machine(),
                 "api_workers": 1,
+                "ingest_helper_processes": args.ingest_processes,
+                "clients": {"predict": args.clients, "ingest": args.ingest_clients},
                 "seconds": args.seconds,
                 "predict_rows_per_call": 100,
-                "ingest_entries_per_call": 1000,
+                "ingest_entries_per_call": ENTRIES_PER_CALL,
                 "target_rate_per_s": {"predict": args.rate, "ingest": args.ingest_rate},
                 "predict": predict,
                 "ingest": ingest,

@@ -8,10 +8,11 @@ are open when `auth.trust_upstream_routes` says their network is trusted.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
 from backend.auth.service import LOCAL_ACTOR, Actor, Scope
 from backend.deps import RuntimeDep
@@ -24,10 +25,14 @@ def _bearer(request: Request) -> str | None:
     return credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else None
 
 
-def current_actor(request: Request, runtime: RuntimeDep) -> Actor:
+async def current_actor(request: Request, runtime: RuntimeDep) -> Actor:
+    # Async, like every dependency of the data plane: FastAPI runs a plain `def` dependency in
+    # its thread pool, and three such hand-offs cost more than the prediction itself.
     token = _bearer(request)
     if token is not None:
-        actor = runtime.tokens.resolve(token)
+        found, actor = runtime.tokens.cached(token)
+        if not found:  # a database read at most every few seconds per token: off the loop
+            actor = await run_in_threadpool(runtime.tokens.resolve, token)
         if actor is None:
             raise HTTPException(401, "invalid or revoked token", _BEARER)
         return actor
@@ -39,7 +44,7 @@ def current_actor(request: Request, runtime: RuntimeDep) -> Actor:
 ActorDep = Annotated[Actor, Depends(current_actor)]
 
 
-def editor(actor: ActorDep) -> Actor:
+async def editor(actor: ActorDep) -> Actor:
     """Control-plane writes: an editor or admin, through a token with the admin scope."""
     if not actor.can_edit:
         raise HTTPException(403, f"{actor.name} is a {actor.role}; editing needs editor or admin")
@@ -51,15 +56,15 @@ def editor(actor: ActorDep) -> Actor:
 EditorDep = Annotated[Actor, Depends(editor)]
 
 
-def scope(needed: Scope, *, upstream: bool = False) -> Callable[..., Actor]:
+def scope(needed: Scope, *, upstream: bool = False) -> Callable[..., Awaitable[Actor]]:
     """A dependency requiring `needed` on data-plane routes (open when auth is off, and for
     upstream routes when their network is trusted)."""
 
-    def check(request: Request, runtime: RuntimeDep) -> Actor:
+    async def check(request: Request, runtime: RuntimeDep) -> Actor:
         auth = runtime.settings.auth
         if not auth.required or (upstream and auth.trust_upstream_routes):
             return LOCAL_ACTOR
-        actor = current_actor(request, runtime)
+        actor = await current_actor(request, runtime)
         if needed not in actor.scopes and "admin" not in actor.scopes:
             raise HTTPException(403, f"this token lacks the {needed} scope")
         return actor

@@ -9,7 +9,7 @@ RFC 3339 with a timezone because the Go client cannot decode anything else.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -76,7 +76,7 @@ def _rows(p: Predictions, meta: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def make_router(pool_dep: Callable[..., str], prefix: str) -> APIRouter:
+def make_router(pool_dep: Callable[..., Awaitable[str]], prefix: str) -> APIRouter:
     """The whole upstream surface for one way of naming the pool (root or /pools/{pool})."""
     # A default value rather than an Annotated alias: this module's annotations are strings,
     # and FastAPI resolves them in module scope, where a local alias does not exist.
@@ -243,11 +243,11 @@ def _first_error(exc: ValidationError) -> str:
     return f"{field}: {err['msg']}" if field else str(err["msg"])
 
 
-def default_pool() -> str:
+async def default_pool() -> str:
     return DEFAULT_POOL
 
 
-def path_pool(pool: str) -> str:
+async def path_pool(pool: str) -> str:
     return pool
 
 

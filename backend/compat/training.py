@@ -8,9 +8,9 @@ from fastapi.responses import JSONResponse
 from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
-from backend.samples.router import ingest_entries
+from backend.samples.router import ingest_request
 from backend.samples.schemas import UpstreamTrainingBulk
-from backend.serving.service import openapi_body, parse_body
+from backend.serving.service import openapi_body
 from backend.telemetry import CONTENT_TYPE, UpstreamCollector, render_upstream
 
 router = APIRouter(tags=["upstream training server"])
@@ -34,8 +34,7 @@ def _accepted(n: int) -> JSONResponse:
 )
 async def add_training_data_bulk(request: Request, runtime: RuntimeDep) -> JSONResponse:
     """Upstream-compatible bulk ingestion into the `default` pool."""
-    body = await parse_body(request, UpstreamTrainingBulk)
-    done = await ingest_entries(runtime, DEFAULT_POOL, body.entries)
+    done = await ingest_request(request, runtime, DEFAULT_POOL, "upstream")
     return _accepted(done.accepted)
 
 
@@ -49,8 +48,7 @@ async def add_training_data_bulk_pool(
     pool: str, request: Request, runtime: RuntimeDep
 ) -> JSONResponse:
     """Upstream-compatible bulk ingestion into any pool."""
-    body = await parse_body(request, UpstreamTrainingBulk)
-    done = await ingest_entries(runtime, pool, body.entries)
+    done = await ingest_request(request, runtime, pool, "upstream")
     return _accepted(done.accepted)
 
 

@@ -1,39 +1,71 @@
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from backend.auth.deps import ActorDep, scope
 from backend.db import unit_of_work
 from backend.deps import Runtime, RuntimeDep, SessionDep
+from backend.errors import validate_body
 from backend.pools.models import DEFAULT_POOL
 from backend.samples import service
+from backend.samples.offload import BODIES, BodyKind
 from backend.samples.schemas import IngestResult, SamplesBulk, TrainingEntry, WindowStats
-from backend.serving.service import openapi_body, parse_body
+from backend.serving.service import openapi_body
 
 router = APIRouter(prefix="/v1/samples", tags=["samples"])
 
 PoolQuery = Query(DEFAULT_POOL, description="Pool the samples belong to.")
 
 
-def _store(runtime: Runtime, pool: str, entries: list[TrainingEntry]) -> service.Ingested:
+def _pool_id(runtime: Runtime, pool: str) -> int:
+    with runtime.sessions() as session:
+        return runtime.pools.resolve(session, pool)
+
+
+def _write(runtime: Runtime, rows: list[service.Row]) -> None:
     with unit_of_work(runtime.sessions) as session:
-        pool_id = runtime.pools.resolve(session, pool)
-        window = runtime.settings.window
-        return service.ingest(
-            session, pool_id, entries, runtime.window, window.test_fraction, runtime.rng
-        )
+        service.write_rows(session, rows)
 
 
-async def ingest_entries(
-    runtime: Runtime, pool: str, entries: list[TrainingEntry]
+async def ingest_request(
+    request: Request, runtime: Runtime, pool: str, kind: BodyKind
 ) -> service.Ingested:
-    """Store validated entries, committed before the caller answers: acknowledged means
-    durable. The database work runs in a worker thread, off the event loop that serves
-    predictions."""
-    done = await run_in_threadpool(_store, runtime, pool, entries)
+    """Validate and store a request's batch, committed before the caller answers:
+    acknowledged means durable. Raises what the route answers: 422, 404 or 503."""
+    raw = await request.body()
+    if runtime.ingest_pool is not None:
+        done = await runtime.ingest_pool.store(raw, kind, pool)
+    else:
+        body = validate_body(BODIES[kind], raw, json=True)
+        done = await _ingest_here(runtime, pool, body.entries)
     runtime.telemetry.samples.labels(pool, "ttft").inc(done.ttft_rows)
     runtime.telemetry.samples.labels(pool, "tpot").inc(done.tpot_rows)
+    return done
+
+
+async def _ingest_here(
+    runtime: Runtime, pool: str, entries: list[TrainingEntry]
+) -> service.Ingested:
+    """In the API process (embedded mode, or `ingest.processes = 0`).
+
+    The CPU work (rows and their window buckets) runs here on the event loop, after a yield
+    that lets waiting predictions go first; only the database write goes to a worker thread.
+    A worker thread doing CPU work would hold the GIL that the loop needs back after each of
+    its socket calls, and every prediction would then wait for the switch interval several
+    times over.
+    """
+    pool_id = runtime.pools.cached(pool)
+    if pool_id is None:
+        pool_id = await run_in_threadpool(_pool_id, runtime, pool)
+    await asyncio.sleep(0)
+    window = runtime.settings.window
+    rows, done = service.build_rows(
+        pool_id, entries, runtime.window, window.test_fraction, runtime.rng
+    )
+    await run_in_threadpool(_write, runtime, rows)
     return done
 
 
@@ -47,10 +79,7 @@ async def post_samples(
     request: Request, runtime: RuntimeDep, pool: str = PoolQuery
 ) -> IngestResult:
     """Bulk ingestion of 1..10,000 observed latencies. All or nothing: a bad row stores nothing."""
-    # pydantic's own JSON parser validates while parsing: about half the cost of json.loads
-    # followed by validation, which matters at tens of thousands of entries per second.
-    body = await parse_body(request, SamplesBulk)
-    done = await ingest_entries(runtime, pool, body.entries)
+    done = await ingest_request(request, runtime, pool, "samples")
     return IngestResult(
         pool=pool,
         accepted=done.accepted,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from backend.settings import WindowSettings
 
@@ -23,11 +24,12 @@ class WindowSpec:
     def from_settings(cls, s: WindowSettings) -> WindowSpec:
         return cls(s.kv_step, s.prefix_step, tuple(s.queue_band_edges), s.cap)
 
-    @property
+    # Cached: `bucket` runs for every ingested sample.
+    @cached_property
     def n_kv(self) -> int:
         return math.ceil(1 / self.kv_step - _EPS)
 
-    @property
+    @cached_property
     def n_prefix(self) -> int:
         return math.ceil(1 / self.prefix_step - _EPS)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -16,15 +17,19 @@ PredictionRequest = Features
 
 # Wire fields handed to the feature builders as float64 columns (pod_type is a string here).
 _NUMERIC_FIELDS = tuple(f for f in WINDOW_FEATURES if f != "pod_type")
+_numeric_values = attrgetter(*_NUMERIC_FIELDS)
 
 
 def columns(rows: list[Features]) -> dict[str, npt.NDArray[Any]]:
     """Rows -> columnar arrays (what the models take); pod_type as its integer code, pod_class
     as text (each model encodes it with its own vocabulary)."""
     n = len(rows)
+    # One C-level getter per row and one conversion: a generator per field cost 0.3 ms per
+    # 100 rows, a third of a bulk prediction.
+    matrix = np.array([_numeric_values(r) for r in rows], dtype=np.float64)
+    matrix = matrix.reshape(n, len(_NUMERIC_FIELDS))
     cols: dict[str, npt.NDArray[Any]] = {
-        name: np.fromiter((getattr(r, name) for r in rows), dtype=np.float64, count=n)
-        for name in _NUMERIC_FIELDS
+        name: matrix[:, j] for j, name in enumerate(_NUMERIC_FIELDS)
     }
     cols["pod_type"] = np.fromiter(
         (POD_TYPE_CODES[r.pod_type or ""] for r in rows), dtype=np.float64, count=n

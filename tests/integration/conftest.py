@@ -14,7 +14,7 @@ from backend.policies.schemas import PolicySpec
 from backend.policies.service import create_policy
 from backend.pools.models import Pool
 from backend.pools.service import ensure_default_pool
-from backend.settings import Settings, UISettings
+from backend.settings import IngestSettings, Settings, UISettings
 from tests.conftest import db_url_for_tests, redis_url_for_tests
 from tests.pg import recreate_database
 from tests.server import TEST_SESSION_SECRET
@@ -67,15 +67,22 @@ def clean_database(engine: Engine) -> None:
         create_policy(session, pool_id, PolicySpec(), "system")
 
 
-@pytest.fixture
-def settings(database_url: str) -> Settings:
-    # Production mode (Redis configured): the API runs no background loop of its own, so a
-    # test decides when trimming happens.
+def production_settings(database_url: str, ingest_processes: int = 0) -> Settings:
+    """Production mode (Redis configured): the API runs no background loop of its own, so a
+    test decides when trimming happens. Ingestion stores in the API process unless a test asks
+    for helper processes (starting them costs a second per app; test_ingestion runs every
+    case both ways)."""
     return Settings(
         database_url=database_url,
         redis_url=redis_url_for_tests(),
         ui=UISettings(session_secret=SecretStr(TEST_SESSION_SECRET)),
+        ingest=IngestSettings(processes=ingest_processes),
     )
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return production_settings(database_url)
 
 
 @pytest.fixture

@@ -13,8 +13,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.app import create_app
 from backend.samples.models import Sample, Target
-from backend.settings import IngestSettings, Settings
+from backend.settings import Settings
 from tests.factories import entry
+from tests.integration.conftest import production_settings
+
+
+@pytest.fixture(params=[0, 1], ids=["in-process", "helper-process"])
+def settings(request: pytest.FixtureRequest, database_url: str) -> Settings:
+    """Every case twice: stored by the API process itself (embedded mode, and production with
+    `ingest.processes = 0`) and by a helper process (production's default): same answers."""
+    return production_settings(database_url, ingest_processes=request.param)
 
 
 def stored(engine: Engine) -> int:
@@ -186,7 +194,9 @@ def test_unknown_pool_is_404_and_stores_nothing(client: TestClient, engine: Engi
 def test_oversized_body_is_413_by_header_and_when_streamed(
     settings: Settings, engine: Engine
 ) -> None:
-    small = settings.model_copy(update={"ingest": IngestSettings(max_body_bytes=4096)})
+    small = settings.model_copy(
+        update={"ingest": settings.ingest.model_copy(update={"max_body_bytes": 4096})}
+    )
     body = orjson.dumps({"entries": [entry()] * 40})
     assert len(body) > 4096
     with TestClient(create_app(small)) as c:
