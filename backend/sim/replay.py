@@ -30,26 +30,19 @@ from typing import Any, Final
 from backend.predictor.features import POD_TYPE_CODES, Target
 from backend.scheduling.types import Distance, TransferConfig
 from backend.sim.engine import SimConfig, Simulation
+from backend.sim.entries import COUNT_FIELDS
 from backend.sim.gpu import load_profile
 from backend.sim.online import FIELDS
 from backend.sim.policies import make_policy
 from backend.sim.policies.base import Route, RoutingPolicy, Row
+from backend.sim.policies.predicted import router_row
 from backend.sim.pool import PodSpec, build_pool
 from backend.sim.router import RouterView, Slo
 from backend.sim.server import Request
 from backend.sim.traces.loader import Trace, load_trace
 
 POD_TYPE_NAMES: Final = {code: name for name, code in POD_TYPE_CODES.items()}
-_INT_FIELDS: Final = frozenset(
-    {
-        "input_token_length",
-        "num_request_waiting",
-        "num_request_running",
-        "num_tokens_generated",
-        "prefill_tokens_in_flight",
-        "decode_tokens_in_flight",
-    }
-)
+_INT_FIELDS: Final = frozenset(COUNT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,21 +119,9 @@ class Recorder(RoutingPolicy):
 
     def _row(self, req: Request, pod: int) -> Row:
         """What the router knows of ``pod`` right now, as ``PredictedLatency`` builds it."""
-        v = self.view
-        g = v.scraped(pod)
-        server = v.servers[pod]
+        server = self.view.servers[pod]
         prefix = server.prefix_hit_units(req.units) / (len(req.units) or 1)
-        return (
-            g.kv_cache_usage,
-            float(req.prompt),
-            float(g.num_waiting),
-            float(g.num_running),
-            prefix,
-            float(v.prefill_inflight[pod]),
-            float(v.decode_inflight[pod]),
-            1.0,
-            float(POD_TYPE_CODES[server.role]),
-        )
+        return router_row(self.view, req, pod, prefix)
 
     def _observe(
         self, target: Target, req: Request, route: Route, now: float, label_ms: float

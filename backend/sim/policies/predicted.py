@@ -50,6 +50,22 @@ class PredictedConfig:
     class. The wire features carry no GPU class, so one model averages A100 and H100 pods."""
 
 
+def router_row(v: RouterView, req: Request, pod: int, prefix: float) -> Row:
+    """What the router knows of ``pod`` for ``req`` right now, in ``online.FIELDS`` order."""
+    g = v.scraped(pod)
+    return (
+        g.kv_cache_usage,
+        float(req.prompt),
+        float(g.num_waiting),
+        float(g.num_running),
+        prefix,
+        float(v.prefill_inflight[pod]),
+        float(v.decode_inflight[pod]),
+        1.0,
+        float(POD_TYPE_CODES[v.servers[pod].role]),
+    )
+
+
 class PredictedLatency(RoutingPolicy):
     learns = True
 
@@ -124,18 +140,7 @@ class PredictedLatency(RoutingPolicy):
         for p, pre in zip(pods, prefix, strict=True):
             g = v.scraped(p)
             server = v.servers[p]
-            row = (
-                g.kv_cache_usage,
-                float(req.prompt),
-                float(g.num_waiting),
-                float(g.num_running),
-                pre,
-                float(v.prefill_inflight[p]),
-                float(v.decode_inflight[p]),
-                1.0,
-                float(POD_TYPE_CODES[server.role]),
-            )
-            rows.append(row)
+            rows.append(router_row(v, req, p, pre))
             candidates.append(
                 Candidate(
                     name=server.name,
