@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Query, Request
 from fastapi.responses import RedirectResponse
+from starlette.datastructures import FormData
 
 from backend.auth.service import Actor
 from backend.auth.sessions import Clock, actor_of, csrf_matches, signed_in_user, utcnow
@@ -66,6 +67,17 @@ async def csrf_protect(request: Request) -> None:
             submitted = value if isinstance(value, str) else None
     if not csrf_matches(request.session, submitted):
         raise CsrfRejected
+
+
+async def form_data(request: Request) -> FormData:
+    """The submitted form, read on the event loop (the body is a stream; Starlette keeps what
+    it parsed, so the CSRF check and the route share one parse). With it a route can be a plain
+    `def`, which FastAPI runs in its thread pool: a route's database work, or argon2 hashing a
+    password, must not hold up the event loop that answers predictions."""
+    return await request.form()
+
+
+FormDep = Annotated[FormData, Depends(form_data)]
 
 
 def console_actor(request: Request, session: SessionDep, state: StateDep) -> Actor:

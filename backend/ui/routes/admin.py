@@ -12,7 +12,7 @@ from backend.auth import service as auth
 from backend.auth.service import ROLES, SCOPES, Actor
 from backend.auth.sessions import active_session_counts
 from backend.deps import IdPath, SessionDep
-from backend.ui.deps import ConsoleAdmin, ConsoleState, StateDep, see_other
+from backend.ui.deps import ConsoleAdmin, ConsoleState, FormDep, StateDep, see_other
 
 router = APIRouter()
 
@@ -61,10 +61,9 @@ def admin_page(
 
 
 @router.post("/admin/users")
-async def create_user(
-    request: Request, state: StateDep, session: SessionDep, actor: ConsoleAdmin
+def create_user(
+    request: Request, form: FormDep, state: StateDep, session: SessionDep, actor: ConsoleAdmin
 ) -> Response:
-    form = await request.form()
     username = str(form.get("username", "")).strip()
     role = str(form.get("role", "viewer"))
     password = str(form.get("password", ""))
@@ -100,14 +99,13 @@ async def create_user(
 
 
 @router.post("/admin/users/{user_id}")
-async def change_user(
-    user_id: int, request: Request, session: SessionDep, actor: ConsoleAdmin
+def change_user(
+    user_id: int, request: Request, form: FormDep, session: SessionDep, actor: ConsoleAdmin
 ) -> Response:
     try:
         user = auth.get_user(session, user_id)
     except auth.NotFound as exc:
         raise HTTPException(404, str(exc)) from None
-    form = await request.form()
     action = str(form.get("action", ""))
     if user.username == actor.name and action in ("role", "disable"):
         # The last admin locking themselves out needs a shell to undo; refuse it here.
@@ -147,10 +145,9 @@ def sign_out_everywhere(
 
 
 @router.post("/admin/tokens")
-async def create_token(
-    request: Request, state: StateDep, session: SessionDep, actor: ConsoleAdmin
+def create_token(
+    request: Request, form: FormDep, state: StateDep, session: SessionDep, actor: ConsoleAdmin
 ) -> Response:
-    form = await request.form()
     owner_name = str(form.get("user", "")).strip()
     name = str(form.get("name", "")).strip()
     scopes = [str(s) for s in form.getlist("scopes")]

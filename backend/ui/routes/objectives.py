@@ -15,6 +15,7 @@ from backend.ui.deps import (
     ConsoleActor,
     ConsoleEditor,
     ConsoleState,
+    FormDep,
     PoolChoice,
     PoolDep,
     StateDep,
@@ -63,16 +64,16 @@ def _back(request: Request, pool: str) -> RedirectResponse:
 
 
 @router.post("/objectives/{pool}/create")
-async def create_objective(
+def create_objective(
     pool: str,
     request: Request,
+    form: FormDep,
     state: StateDep,
     runtime: RuntimeDep,
     session: SessionDep,
     actor: ConsoleEditor,
 ) -> Response:
     choice = choose_pool(session, pool)
-    form = await request.form()
     data, errors = parse_objective_create(pool, form)
     submitted = {k: str(form.get(k, "")) for k in ("name", "priority", "description")}
     if data is not None:
@@ -97,16 +98,17 @@ def _objective(session: Session, objective_id: int) -> tuple[Objective, str]:
 
 
 @router.post("/objectives/{objective_id}/update")
-async def update_objective(
+def update_objective(
     objective_id: int,
     request: Request,
+    form: FormDep,
     state: StateDep,
     runtime: RuntimeDep,
     session: SessionDep,
     actor: ConsoleEditor,
 ) -> Response:
     objective, pool = _objective(session, objective_id)
-    data, errors = parse_objective_update(await request.form())
+    data, errors = parse_objective_update(form)
     if data is None:
         choice = choose_pool(session, pool)
         errors = {f"{objective.id}.{k}": v for k, v in errors.items()}

@@ -18,6 +18,7 @@ from backend.ui.deps import (
     ConsoleActor,
     ConsoleEditor,
     ConsoleState,
+    FormDep,
     PoolChoice,
     PoolDep,
     StateDep,
@@ -81,16 +82,17 @@ def _back(request: Request, pool: str) -> RedirectResponse:
 
 
 @router.post("/policies/{pool}/save")
-async def save_policy(
+def save_policy(
     pool: str,
     request: Request,
+    form: FormDep,
     state: StateDep,
     runtime: RuntimeDep,
     session: SessionDep,
     actor: ConsoleEditor,
 ) -> Response:
     target = _pool(session, pool)
-    parsed = parse_policy_form(await request.form())
+    parsed = parse_policy_form(form)
     if parsed.spec is None:
         return render_policy_page(
             request,
@@ -126,15 +128,16 @@ def _policy(session: Session, pool: Pool) -> Policy:
 
 
 @router.post("/policies/{pool}/restore")
-async def restore_policy(
+def restore_policy(
     pool: str,
     request: Request,
+    form: FormDep,
     runtime: RuntimeDep,
     session: SessionDep,
     actor: ConsoleEditor,
 ) -> Response:
     policy = _policy(session, _pool(session, pool))
-    raw = (await request.form()).get("version")
+    raw = form.get("version")
     if not isinstance(raw, str) or not raw.isdigit():
         raise HTTPException(422, "version: choose a version to restore")
     try:

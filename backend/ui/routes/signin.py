@@ -9,7 +9,7 @@ from backend.auth.service import count_users, verify_password
 from backend.auth.sessions import Client, sign_in, sign_out, signed_in_user
 from backend.auth.throttle import SignInLimits, clear_failures, lockout, record_failure
 from backend.deps import SessionDep
-from backend.ui.deps import StateDep, client_ip
+from backend.ui.deps import FormDep, StateDep, client_ip
 
 router = APIRouter()
 
@@ -45,8 +45,7 @@ def login_page(
 
 
 @router.post("/login")
-async def login(request: Request, state: StateDep, session: SessionDep) -> Response:
-    form = await request.form()
+def login(request: Request, form: FormDep, state: StateDep, session: SessionDep) -> Response:
     username = str(form.get("username", "")).strip()
     password = str(form.get("password", ""))
     target = _safe_next(request, str(form.get("next", "")))

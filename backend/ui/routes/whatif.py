@@ -8,7 +8,7 @@ from starlette.responses import RedirectResponse, Response
 from backend.deps import SessionDep
 from backend.policies import service as policies
 from backend.policies.schemas import PolicySpec
-from backend.ui.deps import ConsoleActor, ConsoleEditor, PoolDep, StateDep, choose_pool
+from backend.ui.deps import ConsoleActor, ConsoleEditor, FormDep, PoolDep, StateDep, choose_pool
 from backend.ui.forms import form_values, parse_policy_form, policy_groups
 from backend.ui.routes.policies import render_policy_page
 from backend.ui.simulation import DEFAULT_TRACE, trace_choices
@@ -47,11 +47,15 @@ def whatif_page(
 
 
 @router.post("/whatif/{pool}/start")
-async def start(
-    pool: str, request: Request, state: StateDep, session: SessionDep, actor: ConsoleEditor
+def start(
+    pool: str,
+    request: Request,
+    form: FormDep,
+    state: StateDep,
+    session: SessionDep,
+    actor: ConsoleEditor,
 ) -> Response:
     choice = choose_pool(session, pool)
-    form = await request.form()
     trace = str(form.get("trace", DEFAULT_TRACE))
     if trace not in trace_choices():
         raise HTTPException(422, f"trace: one of {', '.join(trace_choices())}")
