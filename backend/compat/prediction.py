@@ -22,7 +22,13 @@ from backend.deps import Runtime, RuntimeDep
 from backend.pools.models import DEFAULT_POOL
 from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
 from backend.serving.schemas import BulkPredictionRequest, PredictionRequest
-from backend.serving.service import ensure_known, openapi_body, parse_body, predict_rows
+from backend.serving.service import (
+    ensure_known,
+    ensure_known_async,
+    openapi_body,
+    parse_body,
+    predict_rows,
+)
 
 # Upstream's Go client branches on model_type; "xgboost" makes it fetch (and only cache) the
 # tree dumps. Ours are XGBoost trees too (on a physics base for the hybrid kind).
@@ -97,7 +103,7 @@ def make_router(pool_dep: Callable[..., Awaitable[str]], prefix: str) -> APIRout
         try:
             p = predict_rows(runtime.store, pool, body.requests)
         except ModelsNotReady:
-            ensure_known(runtime, pool)
+            await ensure_known_async(runtime, pool)
             return _json({"detail": NOT_READY}, 503)
         n = len(body.requests)
         runtime.telemetry.predicted_rows.labels(pool, "strict").inc(n)
@@ -140,7 +146,7 @@ def make_router(pool_dep: Callable[..., Awaitable[str]], prefix: str) -> APIRout
                 for (i, _), out in zip(valid, _rows(p, _meta(runtime, pool)), strict=True):
                     predictions[i] = out
             except ModelsNotReady:
-                ensure_known(runtime, pool)
+                await ensure_known_async(runtime, pool)
                 errors.extend({"index": i, "error": NOT_READY, "request": raw[i]} for i, _ in valid)
                 errors.sort(key=lambda e: e["index"])
         ok = sum(p is not None for p in predictions)
@@ -163,7 +169,7 @@ def make_router(pool_dep: Callable[..., Awaitable[str]], prefix: str) -> APIRout
         try:
             p = predict_rows(runtime.store, pool, [row])
         except ModelsNotReady:
-            ensure_known(runtime, pool)
+            await ensure_known_async(runtime, pool)
             return _json({"detail": NOT_READY}, 503)
         return _json(_rows(p, _meta(runtime, pool))[0])
 

@@ -14,7 +14,7 @@ from backend.serving.schemas import (
     PredictionRequest,
     PredictResponse,
 )
-from backend.serving.service import ensure_known, openapi_body, parse_body, predict_rows
+from backend.serving.service import ensure_known_async, openapi_body, parse_body, predict_rows
 
 router = APIRouter(prefix="/v1", tags=["predict"], dependencies=[Depends(scope("predict"))])
 
@@ -33,11 +33,11 @@ def _ref(served: ServedModel | None) -> ModelRef | None:
     )
 
 
-def _predict(runtime: RuntimeDep, pool: str, rows: list[PredictionRequest]) -> Predictions:
+async def _predict(runtime: RuntimeDep, pool: str, rows: list[PredictionRequest]) -> Predictions:
     try:
         return predict_rows(runtime.store, pool, rows)
     except ModelsNotReady:
-        ensure_known(runtime, pool)
+        await ensure_known_async(runtime, pool)
         raise HTTPException(
             503, f"no TTFT model is active for pool {pool!r} yet (see GET /v1/models)"
         ) from None
@@ -48,7 +48,7 @@ async def predict(
     row: PredictionRequest, runtime: RuntimeDep, pool: str = PoolQuery
 ) -> PredictResponse:
     """Predicted TTFT and TPOT (ms) for one request on one pod."""
-    p = _predict(runtime, pool, [row])
+    p = await _predict(runtime, pool, [row])
     ttft_ref = _ref(p.ttft)
     assert ttft_ref is not None
     return PredictResponse(
@@ -70,7 +70,7 @@ async def predict_bulk(
 ) -> BulkPredictResponse:
     """Many rows at once, answers in the same order; all or nothing (a bad row is a 422)."""
     body = await parse_body(request, BulkPredictionRequest)
-    p = _predict(runtime, pool, body.requests)
+    p = await _predict(runtime, pool, body.requests)
     ttft_ref = _ref(p.ttft)
     assert ttft_ref is not None
     return BulkPredictResponse(

@@ -6,6 +6,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 
 from backend.deps import Runtime
 from backend.errors import validate_body
@@ -52,7 +53,16 @@ def predict_rows(store: ModelStore, pool: str, rows: list[Features]) -> Predicti
 def ensure_known(runtime: Runtime, pool: str) -> None:
     """Raise PoolNotFound (a 404) for a pool that does not exist: "no model yet" (503) is only
     for real pools. From memory once the pool has been seen."""
-    if pool in runtime.store.pools() or runtime.pools.cached(pool) is not None:
-        return
-    with runtime.sessions() as session:
-        runtime.pools.resolve(session, pool)
+    if not _seen(runtime, pool):
+        with runtime.sessions() as session:
+            runtime.pools.resolve(session, pool)
+
+
+async def ensure_known_async(runtime: Runtime, pool: str) -> None:
+    """`ensure_known` for async routes: the database read (a pool never seen) off the loop."""
+    if not _seen(runtime, pool):
+        await run_in_threadpool(ensure_known, runtime, pool)
+
+
+def _seen(runtime: Runtime, pool: str) -> bool:
+    return pool in runtime.store.pools() or runtime.pools.cached(pool) is not None
