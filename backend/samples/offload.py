@@ -192,7 +192,9 @@ class IngestPool:
         try:
             outcome = await asyncio.wrap_future(executor.submit(store_batch, body, kind, pool))
         except BrokenProcessPool:
-            # A helper died (killed, out of memory) mid-batch: nothing of it was committed.
+            # A helper died (killed, out of memory) with this batch: the 503 says "not stored,
+            # send it again". Only a death between its commit and its answer makes that resend
+            # a duplicate, the same window a crash of the API process itself has.
             log.error("an ingestion process died; restarting the pool")
             if self._executor is executor:
                 self._executor = self._new_executor()
