@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend import migrate
 from backend.auth.models import SignInFailure, UiSession, User
 from backend.auth.service import (
     create_user,
@@ -30,21 +27,10 @@ from backend.auth.sessions import (
     signed_in_user,
 )
 from backend.auth.throttle import record_failure
-from backend.db import make_engine, make_sessionmaker
 from backend.settings import Settings, UISettings
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 MAX_AGE_S = 3600
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Session]:
-    url = f"sqlite:///{tmp_path / 'sessions.db'}"
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    with make_sessionmaker(engine)() as session:
-        yield session
-    engine.dispose()
 
 
 @pytest.fixture

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend import migrate
 from backend.auth.models import SignInFailure
 from backend.auth.throttle import (
     Lockout,
@@ -19,22 +15,11 @@ from backend.auth.throttle import (
     lockout,
     record_failure,
 )
-from backend.db import make_engine, make_sessionmaker
 from backend.settings import UISettings
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 LIMITS = SignInLimits(per_user=5, per_ip=20, window=timedelta(minutes=15))
 HERE, ELSEWHERE = "198.51.100.7", "203.0.113.9"
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Session]:
-    url = f"sqlite:///{tmp_path / 'throttle.db'}"
-    migrate.upgrade(url)
-    engine = make_engine(url)
-    with make_sessionmaker(engine)() as session:
-        yield session
-    engine.dispose()
 
 
 def _fail(db: Session, username: str, n: int, at: datetime = T0, ip: str = HERE) -> None:
