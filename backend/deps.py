@@ -5,11 +5,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
 from backend.auth.tokens import TokenCache
 from backend.pools.service import PoolCache
@@ -57,9 +59,23 @@ class Runtime:
             local.subscribe(self.sync)
             self.notifier = local
 
-    @property
+    @cached_property
     def window(self) -> WindowSpec:
+        # Once per process: every ingested batch buckets its rows with it.
         return WindowSpec.from_settings(self.settings.window)
+
+    async def pool_id(self, name: str) -> int:
+        """A pool's id for async routes: from memory, the database (off the event loop) only
+        the first time; PoolNotFound (404) for a pool that does not exist."""
+        cached = self.pools.cached(name)
+        if cached is not None:
+            return cached
+
+        def lookup() -> int:
+            with self.sessions() as session:
+                return self.pools.resolve(session, name)
+
+        return await run_in_threadpool(lookup)
 
 
 async def get_runtime(request: Request) -> Runtime:

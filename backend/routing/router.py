@@ -15,14 +15,7 @@ router = APIRouter(prefix="/v1", tags=["schedule"], dependencies=[Depends(scope(
 
 async def _pool_policy(runtime: Runtime, pool: str) -> PoolPolicy:
     """From memory on the hot path; the database only on a cache miss, off the event loop."""
-    pool_id = runtime.pools.cached(pool)
-    if pool_id is None:
-
-        def lookup() -> int:
-            with runtime.sessions() as session:
-                return runtime.pools.resolve(session, pool)
-
-        pool_id = await run_in_threadpool(lookup)
+    pool_id = await runtime.pool_id(pool)
     cached = runtime.policy_cache.fresh(pool_id)
     if cached is not None:
         return cached

@@ -20,11 +20,6 @@ router = APIRouter(prefix="/v1/samples", tags=["samples"])
 PoolQuery = Query(DEFAULT_POOL, description="Pool the samples belong to.")
 
 
-def _pool_id(runtime: Runtime, pool: str) -> int:
-    with runtime.sessions() as session:
-        return runtime.pools.resolve(session, pool)
-
-
 def _write(runtime: Runtime, rows: list[service.Row]) -> None:
     with unit_of_work(runtime.sessions) as session:
         service.write_rows(session, rows)
@@ -57,9 +52,7 @@ async def _ingest_here(
     its socket calls, and every prediction would then wait for the switch interval several
     times over.
     """
-    pool_id = runtime.pools.cached(pool)
-    if pool_id is None:
-        pool_id = await run_in_threadpool(_pool_id, runtime, pool)
+    pool_id = await runtime.pool_id(pool)
     await asyncio.sleep(0)
     window = runtime.settings.window
     rows, done = service.build_rows(
