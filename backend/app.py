@@ -23,12 +23,12 @@ from backend.logs import RequestContext
 from backend.policies.router import router as policies_router
 from backend.pools.router import router as pools_router
 from backend.pools.service import ensure_default_pool
+from backend.prediction.router import router as serving_router
 from backend.registry.router import router as registry_router
 from backend.routing.router import router as routing_router
 from backend.samples import offload
 from backend.samples.offload import IngestPool
 from backend.samples.router import router as samples_router
-from backend.serving.router import router as serving_router
 from backend.settings import Settings, get_settings
 from backend.telemetry import ServingCollector, Telemetry
 from backend.ui.app import PREFIX as CONSOLE_PREFIX

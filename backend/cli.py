@@ -235,7 +235,7 @@ def bench(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from backend.sim.bench import BenchConfig, run_bench, total_requests, write_outputs
-    from backend.sim.policies import MAIN_POLICIES, POLICIES
+    from backend.sim.routers import MAIN_POLICIES, POLICIES
 
     everything = tuple(POLICIES) if pd else MAIN_POLICIES
     names = everything if policies == "all" else tuple(p.strip() for p in policies.split(","))

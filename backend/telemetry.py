@@ -22,7 +22,7 @@ from backend.pools.models import Pool
 from backend.predictor.serving import ModelStore
 from backend.registry.failures import FailureCounter
 from backend.registry.models import ModelVersion
-from backend.samples.models import Sample, Target
+from backend.samples.models import Sample, TargetCode
 from backend.samples.service import bucket_counts
 from backend.samples.window import WindowSpec
 
@@ -96,7 +96,7 @@ class UpstreamCollector(Collector):
         yield _gauge("model_quantile", "Quantile of the quantile objective.", {}, quantile)
         yield _gauge("ensemble_active", "Upstream's queue-gated ensemble (not used).", {}, 0)
         yield _gauge("ensemble_mode", "Upstream's queue-gated ensemble (not used).", {}, 0)
-        for target in Target:
+        for target in TargetCode:
             served = self.store.get(self.pool, target.label)
             if served is None:
                 continue
@@ -121,11 +121,11 @@ class UpstreamCollector(Collector):
             totals[(target, bucket)] = totals.get((target, bucket), 0) + n
         for (target, bucket), n in sorted(totals.items()):
             k, p, q = self.spec.split(bucket)
-            family.add_metric([Target(target).label, str(q), str(k), str(p)], n)
+            family.add_metric([TargetCode(target).label, str(q), str(k), str(p)], n)
         yield family
 
     def _recent(self, session: Session) -> Iterator[Metric]:
-        for target in Target:
+        for target in TargetCode:
             versions = session.scalars(
                 select(ModelVersion)
                 .where(ModelVersion.pool_id == self.pool_id, ModelVersion.target == int(target))
@@ -198,7 +198,7 @@ class ServingCollector(Collector):
                 )
             )
             for pid, code, n in counts:
-                window.add_metric([names.get(pid, str(pid)), Target(code).label], n)
+                window.add_metric([names.get(pid, str(pid)), TargetCode(code).label], n)
         yield window
         failed = CounterMetricFamily(
             "headroom_training_failures", "Trainings that raised.", labels=["pool_id", "target"]

@@ -37,7 +37,7 @@ from backend.pools.service import ensure_default_pool
 from backend.predictor.training import train_target
 from backend.registry.models import ActiveModel, ModelVersion
 from backend.registry.service import read_window
-from backend.samples.models import Target
+from backend.samples.models import TargetCode
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
 from backend.samples.window import WindowSpec
@@ -80,7 +80,7 @@ def fill(url: str) -> dict[str, Any]:
             batch = [TrainingEntry.model_validate(e) for e in entries[i : i + 10_000]]
             ingest(session, 1, batch, spec, settings.window.test_fraction, random.Random(i))
     now = datetime.now(UTC)
-    for target in Target:
+    for target in TargetCode:
         with sessions() as session:
             window = read_window(session, 1, target)
         result = train_target(target.label, window.cols, window.labels, window.is_test)

@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 from _common import machine, trained_server
 
-from backend.predictor.models import load_model
+from backend.predictor.regressors import load_model
 from backend.predictor.training import predict_columns, train_target
 from backend.sim.entries import prediction_requests
 from backend.sim.gpu import load_profile

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.predictor.evaluation import evaluate
 from backend.predictor.features import Target, feature_matrix
-from backend.predictor.models import Kind, LatencyModel
+from backend.predictor.regressors import Kind, LatencyModel
 from backend.predictor.training import train_target
 from backend.sim.gpu import available_profiles, load_profile
 from backend.sim.latency import sample_rows

@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backend.scheduling.types import TransferConfig
 from backend.sim.bench import BenchConfig, run_bench, slim, write_outputs
 from backend.sim.engine import SimConfig, Simulation
-from backend.sim.policies import MAIN_POLICIES, OURS, OURS_GREEDY_PD, ours_config
-from backend.sim.policies.predicted import PredictedLatency
 from backend.sim.pool import build_pool
 from backend.sim.report import summarize
-from backend.sim.router import Slo
+from backend.sim.routers import MAIN_POLICIES, OURS, OURS_GREEDY_PD, ours_config
+from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.traces import load_trace
+from backend.sim.view import Slo
 
 SUITES: dict[str, BenchConfig] = {
     "mooncake": BenchConfig(
@@ -120,7 +120,7 @@ def options(quick: bool) -> dict[str, Any]:
             policy = dataclasses.replace(base.policy, **change.get("policy", {}))
             rest = {k: v for k, v in change.items() if k != "policy"}
             if rest.get("kind") == "xgboost":
-                from backend.predictor.models import TrainParams
+                from backend.predictor.regressors import TrainParams
 
                 rest["params"] = TrainParams.upstream()
             config = dataclasses.replace(base, policy=policy, **rest)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.scheduling import (
     Candidate,
-    Policy,
+    SchedulingPolicy,
     SchedulingRequest,
     Topology,
     schedule,
@@ -83,7 +83,7 @@ def failing_predictor(candidates: Sequence[Candidate], request: SchedulingReques
 
 
 def measure(
-    policy: Policy, candidates: list[Candidate], predictor: Any, calls: int
+    policy: SchedulingPolicy, candidates: list[Candidate], predictor: Any, calls: int
 ) -> dict[str, float]:
     request = SchedulingRequest(prompt_tokens=2048, ttft_slo_ms=500, tpot_slo_ms=40, seed=None)
     for _ in range(min(calls, 200)):
@@ -111,12 +111,12 @@ def main() -> None:
     flat, pd = pool(n, pd=False, rng=rng), pool(n, pd=True, rng=rng)
     predictor = fake_predictor(n, rng)
     cases = {
-        "slo_weighted_random": (Policy(), flat, predictor),
-        "slo_best_fit": (Policy(picker="best_fit"), flat, predictor),
-        "routing_weighted_random": (Policy(mode="routing"), flat, predictor),
-        "predictor_down_fallback": (Policy(), flat, failing_predictor),
-        "pd_greedy_50x50": (Policy(), pd, predictor),
-        "pd_joint_50x50": (Policy(pd_selection="joint"), pd, predictor),
+        "slo_weighted_random": (SchedulingPolicy(), flat, predictor),
+        "slo_best_fit": (SchedulingPolicy(picker="best_fit"), flat, predictor),
+        "routing_weighted_random": (SchedulingPolicy(mode="routing"), flat, predictor),
+        "predictor_down_fallback": (SchedulingPolicy(), flat, failing_predictor),
+        "pd_greedy_50x50": (SchedulingPolicy(), pd, predictor),
+        "pd_joint_50x50": (SchedulingPolicy(pd_selection="joint"), pd, predictor),
     }
     print(
         json.dumps(

@@ -33,7 +33,7 @@ from backend.registry.models import ModelVersion
 from backend.registry.notify import LocalNotifier
 from backend.registry.service import read_window
 from backend.registry.trainer import Trainer
-from backend.samples.models import Target
+from backend.samples.models import TargetCode
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
 from backend.samples.window import WindowSpec
@@ -75,7 +75,7 @@ def full_window_retrain(url: str) -> dict[str, Any]:
             batch = [TrainingEntry.model_validate(e) for e in entries[i : i + 10_000]]
             ingest(session, 1, batch, spec, settings.window.test_fraction, random.Random(i))
     out: dict[str, Any] = {"rows_per_target": len(entries), "buckets": spec.n_buckets}
-    for target in Target:
+    for target in TargetCode:
         trainer = Trainer(sessions, settings, LocalLocks(), LocalNotifier())
         start = time.perf_counter()
         with sessions() as session:

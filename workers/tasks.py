@@ -20,7 +20,7 @@ from backend.registry.failures import RedisFailures
 from backend.registry.locks import RedisLocks
 from backend.registry.notify import RedisNotifier
 from backend.registry.trainer import Trainer
-from backend.samples.models import Target
+from backend.samples.models import TargetCode
 from backend.samples.service import trim_all_windows
 from backend.settings import Settings
 
@@ -80,7 +80,7 @@ def purge_sign_ins(task: Task) -> list[int]:
 
 def train(task: Task, pool_id: int, target: str) -> dict[str, object]:
     """Train one (pool, target); the Redis lock makes a concurrent duplicate a no-op."""
-    outcome = _trainer(_settings(task)).train(pool_id, Target.from_label(target))
+    outcome = _trainer(_settings(task)).train(pool_id, TargetCode.from_label(target))
     return {"status": outcome.status, "reason": outcome.reason, "version": outcome.version_id}
 
 

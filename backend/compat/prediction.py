@@ -20,15 +20,15 @@ from pydantic import ValidationError
 from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep
 from backend.pools.models import DEFAULT_POOL
-from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
-from backend.serving.schemas import BulkPredictionRequest, PredictionRequest
-from backend.serving.service import (
+from backend.prediction.schemas import BulkPredictionRequest, PredictionRequest
+from backend.prediction.service import (
     ensure_known,
     ensure_known_async,
     openapi_body,
     parse_body,
     predict_rows,
 )
+from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
 
 # Upstream's Go client branches on model_type; "xgboost" makes it fetch (and only cache) the
 # tree dumps. Ours are XGBoost trees too (on a physics base for the hybrid kind).

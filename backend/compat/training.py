@@ -8,9 +8,9 @@ from fastapi.responses import JSONResponse
 from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
+from backend.prediction.service import openapi_body
 from backend.samples.router import ingest_request
 from backend.samples.schemas import UpstreamTrainingBulk
-from backend.serving.service import openapi_body
 from backend.telemetry import CONTENT_TYPE, UpstreamCollector, render_upstream
 
 router = APIRouter(tags=["upstream training server"])

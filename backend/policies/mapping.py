@@ -1,16 +1,16 @@
-"""A stored policy spec as the scheduling library's Policy (the library knows no pydantic)."""
+"""A stored policy spec as the scheduling library's SchedulingPolicy (which knows no pydantic)."""
 
 from __future__ import annotations
 
 from backend.policies.schemas import PolicySpec
-from backend.scheduling.types import Policy, TransferConfig
+from backend.scheduling.types import SchedulingPolicy, TransferConfig
 
 _TRANSFER_PREFIX = "transfer_"
 
 
-def to_scheduling(spec: PolicySpec) -> Policy:
+def to_scheduling(spec: PolicySpec) -> SchedulingPolicy:
     data = spec.model_dump(exclude={"default_ttft_slo_ms", "default_tpot_slo_ms"})
     transfer = {"kv_bytes_per_token": data.pop("kv_bytes_per_token")}
     for key in [k for k in data if k.startswith(_TRANSFER_PREFIX)]:
         transfer[key.removeprefix(_TRANSFER_PREFIX)] = data.pop(key)
-    return Policy(**data, transfer=TransferConfig(**transfer))
+    return SchedulingPolicy(**data, transfer=TransferConfig(**transfer))

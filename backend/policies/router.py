@@ -21,9 +21,9 @@ from backend.policies.schemas import (
     PolicySpec,
     PolicyUpdate,
 )
+from backend.prediction.service import openapi_body
 from backend.registry.service import pool_names
 from backend.scheduling.epp_config import epp_config_yaml, headroom_only
-from backend.serving.service import openapi_body
 
 router = APIRouter(tags=["policies"])
 

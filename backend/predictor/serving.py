@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from backend.predictor.features import Target
-from backend.predictor.models import LatencyModel
+from backend.predictor.regressors import LatencyModel
 from backend.predictor.training import predict_columns
 
 

@@ -19,7 +19,7 @@ from backend.predictor.features import (
     feature_names,
     pod_class_codes,
 )
-from backend.predictor.models import Kind, LatencyModel, Objective, TrainParams, make_model
+from backend.predictor.regressors import Kind, LatencyModel, LossObjective, TrainParams, make_model
 
 __all__ = ["TrainParams", "TrainResult", "train_target"]
 
@@ -45,7 +45,7 @@ def train_target(
     is_test: npt.ArrayLike,
     *,
     kind: Kind = "hybrid",
-    objective: Objective = "mean",
+    objective: LossObjective = "mean",
     quantile: float = 0.9,
     params: TrainParams | None = None,
 ) -> TrainResult:

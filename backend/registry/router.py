@@ -6,11 +6,11 @@ from fastapi import APIRouter, HTTPException, Query
 
 from backend.auth.deps import ActorDep, EditorDep
 from backend.deps import IdPath, RuntimeDep, SessionDep
-from backend.predictor.models import HybridModel, load_model
+from backend.predictor.regressors import HybridModel, load_model
 from backend.registry import service
 from backend.registry.models import ModelVersion
 from backend.registry.schemas import ModelVersionDetail, ModelVersionRead
-from backend.samples.models import Target
+from backend.samples.models import TargetCode
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -19,7 +19,7 @@ def _read(v: ModelVersion, pool: str) -> dict[str, object]:
     return {
         "id": v.id,
         "pool": pool,
-        "target": Target(v.target).label,
+        "target": TargetCode(v.target).label,
         "kind": v.kind,
         "objective": v.objective,
         "quantile": v.quantile,
@@ -49,7 +49,7 @@ def list_models(
     pool_id = runtime.pools.resolve(session, pool) if pool is not None else None
     names = service.pool_names(session)
     versions = service.list_versions(
-        session, pool_id, Target.from_label(target) if target else None, limit
+        session, pool_id, TargetCode.from_label(target) if target else None, limit
     )
     return [ModelVersionRead.model_validate(_read(v, names[v.pool_id])) for v in versions]
 
@@ -86,7 +86,7 @@ def activate_model(
     runtime.notifier.publish(
         {
             "pool_id": version.pool_id,
-            "target": Target(version.target).label,
+            "target": TargetCode(version.target).label,
             "version_id": version_id,
         }
     )

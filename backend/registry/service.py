@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 
 from backend.pools.models import Pool
 from backend.predictor.evaluation import evaluate
-from backend.predictor.models import LatencyModel, load_model
+from backend.predictor.regressors import LatencyModel, load_model
 from backend.predictor.training import TrainResult, predict_columns
 from backend.registry.models import ActiveModel, ModelVersion
-from backend.samples.models import WINDOW_FEATURES, Sample, Target
+from backend.samples.models import WINDOW_FEATURES, Sample, TargetCode
 from backend.samples.schemas import POD_TYPE_NAMES
 from backend.settings import TrainingSettings
 
@@ -43,12 +43,12 @@ class Window:
         return int(self.labels.shape[0])
 
 
-def read_window(session: Session, pool_id: int, target: Target) -> Window:
+def read_window(session: Session, pool_id: int, target: TargetCode) -> Window:
     """Every row of a (pool, target) window as columns (call after trimming)."""
     return _read(session, pool_id, target)
 
 
-def _read(session: Session, pool_id: int, target: Target, where: str = "") -> Window:
+def _read(session: Session, pool_id: int, target: TargetCode, where: str = "") -> Window:
     """Window rows as columns, through the raw DB-API cursor: plain tuples straight into numpy
     are several times faster than building SQLAlchemy rows for 100,000 samples. The ids are
     ints we own, so formatting them into the statement is safe (and sidesteps the drivers'
@@ -72,14 +72,14 @@ def _read(session: Session, pool_id: int, target: Target, where: str = "") -> Wi
     return Window(cols, data[:, n], data[:, n + 1].astype(bool), max_id)
 
 
-def window_max_id(session: Session, pool_id: int, target: Target) -> int:
+def window_max_id(session: Session, pool_id: int, target: TargetCode) -> int:
     value = session.scalar(
         select(func.max(Sample.id)).where(Sample.pool_id == pool_id, Sample.target == int(target))
     )
     return int(value or 0)
 
 
-def window_size(session: Session, pool_id: int, target: Target) -> int:
+def window_size(session: Session, pool_id: int, target: TargetCode) -> int:
     value = session.scalar(
         select(func.count())
         .select_from(Sample)
@@ -88,7 +88,7 @@ def window_size(session: Session, pool_id: int, target: Target) -> int:
     return int(value or 0)
 
 
-def last_trained_max_id(session: Session, pool_id: int, target: Target) -> int:
+def last_trained_max_id(session: Session, pool_id: int, target: TargetCode) -> int:
     """The newest sample id any stored version of (pool, target) was trained on (0 if none)."""
     value = session.scalar(
         select(func.max(ModelVersion.window_max_id)).where(
@@ -98,7 +98,7 @@ def last_trained_max_id(session: Session, pool_id: int, target: Target) -> int:
     return int(value or 0)
 
 
-def active_version(session: Session, pool_id: int, target: Target) -> ModelVersion | None:
+def active_version(session: Session, pool_id: int, target: TargetCode) -> ModelVersion | None:
     return session.scalar(
         select(ModelVersion)
         .join(ActiveModel, ActiveModel.version_id == ModelVersion.id)
@@ -115,7 +115,7 @@ class GateDecision:
 def quality_gate(
     result: TrainResult,
     window: Window,
-    target: Target,
+    target: TargetCode,
     active: LatencyModel | None,
     training: TrainingSettings,
 ) -> GateDecision:
@@ -154,7 +154,7 @@ def _select(window: Window, mask: npt.NDArray[np.bool_]) -> dict[str, npt.NDArra
 def store_version(
     session: Session,
     pool_id: int,
-    target: Target,
+    target: TargetCode,
     result: TrainResult,
     window: Window,
     decision: GateDecision,
@@ -220,7 +220,7 @@ def load_version_model(session: Session, version_id: int) -> LatencyModel:
 class ActiveRef:
     pool: str
     pool_id: int
-    target: Target
+    target: TargetCode
     version_id: int
     activated_at: datetime
     kind: str
@@ -247,13 +247,13 @@ def active_refs(session: Session) -> list[ActiveRef]:
         .join(ModelVersion, ModelVersion.id == ActiveModel.version_id)
     )
     return [
-        ActiveRef(name, pid, Target(t), vid, at, kind, obj, q, m)
+        ActiveRef(name, pid, TargetCode(t), vid, at, kind, obj, q, m)
         for name, pid, t, vid, at, kind, obj, q, m in rows
     ]
 
 
 def list_versions(
-    session: Session, pool_id: int | None, target: Target | None, limit: int
+    session: Session, pool_id: int | None, target: TargetCode | None, limit: int
 ) -> Sequence[ModelVersion]:
     query = select(ModelVersion).order_by(ModelVersion.id.desc()).limit(limit)
     if pool_id is not None:
@@ -267,7 +267,7 @@ def pool_names(session: Session) -> dict[int, str]:
     return {pool_id: name for pool_id, name in session.execute(select(Pool.id, Pool.name))}
 
 
-def read_held_out(session: Session, pool_id: int, target: Target, one_in: int = 1) -> Window:
+def read_held_out(session: Session, pool_id: int, target: TargetCode, one_in: int = 1) -> Window:
     """The held-out rows of a (pool, target) window, as `read_window` returns them; with
     `one_in` > 1 about one in that many, picked by a multiplicative (Fibonacci) hash of the id.
     The id is in the window's index, so the rows left out are never read. A plain `id % n`

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.predictor.features import Target, feature_names
-from backend.predictor.models import load_model
+from backend.predictor.regressors import load_model
 from backend.predictor.serving import ModelStore, ServedModel
 from backend.registry import service
 

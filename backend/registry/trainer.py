@@ -16,25 +16,25 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.db import unit_of_work
 from backend.pools.models import Pool
 from backend.predictor.features import feature_names
-from backend.predictor.models import TrainParams
+from backend.predictor.regressors import TrainParams
 from backend.predictor.training import train_target
 from backend.registry import service
 from backend.registry.failures import FailureCounter, LocalFailures
 from backend.registry.locks import Locks
 from backend.registry.notify import Notifier
-from backend.samples.models import Target
+from backend.samples.models import TargetCode
 from backend.samples.service import trim_window
 from backend.settings import Settings
 
 log = logging.getLogger("headroom.trainer")
 
-Key = tuple[int, Target]
+Key = tuple[int, TargetCode]
 
 
 @dataclass(frozen=True)
 class Outcome:
     pool_id: int
-    target: Target
+    target: TargetCode
     status: str  # activated | rejected | skipped
     reason: str
     version_id: int | None = None
@@ -59,7 +59,7 @@ class Trainer:
         with self.sessions() as session:
             pool_ids = session.scalars(select(Pool.id).order_by(Pool.id)).all()
             for pool_id in pool_ids:
-                for target in Target:
+                for target in TargetCode:
                     key = (pool_id, target)
                     if key not in self._seen:
                         active = service.active_version(session, pool_id, target)
@@ -79,7 +79,7 @@ class Trainer:
         t = self.settings.training
         return t.min_samples_loaded if key in self._loaded_at_start else t.min_samples_fresh
 
-    def train(self, pool_id: int, target: Target) -> Outcome:
+    def train(self, pool_id: int, target: TargetCode) -> Outcome:
         key = (pool_id, target)
         with self.locks.hold(f"train:{pool_id}:{target.label}") as acquired:
             if not acquired:

@@ -6,9 +6,9 @@ from starlette.concurrency import run_in_threadpool
 
 from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep
+from backend.prediction.service import openapi_body, parse_body
 from backend.routing.schemas import ScheduleIn, ScheduleOut
 from backend.routing.service import BadHeader, PoolPolicy, decide, resolve
-from backend.serving.service import openapi_body, parse_body
 
 router = APIRouter(prefix="/v1", tags=["schedule"], dependencies=[Depends(scope("predict"))])
 

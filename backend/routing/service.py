@@ -14,17 +14,17 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.policies import service as policies
 from backend.policies.mapping import to_scheduling
 from backend.policies.schemas import PolicySpec
+from backend.prediction.schemas import columns
 from backend.predictor.serving import ModelStore, predict_both
 from backend.routing.schemas import CandidateIn, RequestIn
 from backend.scheduling.chain import schedule
 from backend.scheduling.types import (
     Candidate,
     Decision,
-    Policy,
+    SchedulingPolicy,
     SchedulingRequest,
     Topology,
 )
-from backend.serving.schemas import columns
 
 # Upstream's header names, and the deprecated aliases it still accepts.
 TTFT_HEADERS = ("x-llm-d-slo-ttft-ms", "x-slo-ttft-ms")
@@ -36,7 +36,7 @@ OBJECTIVE_HEADERS = ("x-llm-d-inference-objective", "x-gateway-inference-objecti
 class PoolPolicy:
     version: int | None
     spec: PolicySpec
-    policy: Policy
+    policy: SchedulingPolicy
     priorities: dict[str, int]
 
 
@@ -164,7 +164,7 @@ def decide(
     pool: str,
     items: Sequence[CandidateIn],
     resolved: Resolved,
-    policy: Policy,
+    policy: SchedulingPolicy,
 ) -> Decision:
     """Predictions come from this process's memory; if the pool has no model the library's
     heuristic fallback decides, and the decision says so."""

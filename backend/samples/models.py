@@ -22,7 +22,7 @@ from backend.db import Base
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
-class Target(enum.IntEnum):
+class TargetCode(enum.IntEnum):
     """What a sample's label measures. Stored as a small integer."""
 
     TTFT = 0
@@ -30,10 +30,10 @@ class Target(enum.IntEnum):
 
     @property
     def label(self) -> Literal["ttft", "tpot"]:
-        return "ttft" if self is Target.TTFT else "tpot"
+        return "ttft" if self is TargetCode.TTFT else "tpot"
 
     @classmethod
-    def from_label(cls, label: str) -> Target:
+    def from_label(cls, label: str) -> TargetCode:
         return cls[label.upper()]
 
 

@@ -10,10 +10,10 @@ from backend.db import unit_of_work
 from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.errors import validate_body
 from backend.pools.models import DEFAULT_POOL
+from backend.prediction.service import openapi_body
 from backend.samples import service
 from backend.samples.offload import BODIES, BodyKind
 from backend.samples.schemas import IngestResult, SamplesBulk, TrainingEntry, WindowStats
-from backend.serving.service import openapi_body
 
 router = APIRouter(prefix="/v1/samples", tags=["samples"])
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from backend.samples.models import SAMPLE_COLUMNS, WINDOW_FEATURES, Sample, Target
+from backend.samples.models import SAMPLE_COLUMNS, WINDOW_FEATURES, Sample, TargetCode
 from backend.samples.schemas import (
     POD_TYPE_CODES,
     BucketCount,
@@ -70,7 +70,7 @@ def build_rows(
     rows: list[Row] = []
     n_ttft = n_tpot = unlabelled = 0
     bucket_of, draw, codes = spec.bucket, rng.random, POD_TYPE_CODES
-    ttft, tpot = int(Target.TTFT), int(Target.TPOT)
+    ttft, tpot = int(TargetCode.TTFT), int(TargetCode.TPOT)
     for e in entries:
         features = (*_before_pod_type(e), codes[e.pod_type or ""], *_after_pod_type(e))
         bucket = bucket_of(features[_KV], features[_PREFIX], features[_WAITING])
@@ -125,7 +125,7 @@ def ingest(
     return done
 
 
-def trim_window(session: Session, pool_id: int, target: Target, cap: int) -> int:
+def trim_window(session: Session, pool_id: int, target: TargetCode, cap: int) -> int:
     """Delete all but the newest `cap` rows of every over-full bucket; returns rows deleted.
 
     A bucket is per pod class too, so that in a mixed pool a busy GPU type cannot push a rare
@@ -172,7 +172,7 @@ def bucket_counts(session: Session, pool_id: int) -> dict[tuple[int, int, bool],
 def window_stats(session: Session, pool: str, pool_id: int, spec: WindowSpec) -> WindowStats:
     counts = bucket_counts(session, pool_id)
     targets: dict[str, TargetStats] = {}
-    for target in Target:
+    for target in TargetCode:
         per_bucket: dict[int, list[int]] = {}
         for (t, bucket, is_test), n in counts.items():
             if t == target:
@@ -199,4 +199,4 @@ def window_stats(session: Session, pool: str, pool_id: int, spec: WindowSpec) ->
 def trim_all_windows(session: Session, cap: int) -> int:
     """Trim every (pool, target) window; used by the periodic trimmer."""
     pools = session.scalars(select(Sample.pool_id).distinct()).all()
-    return sum(trim_window(session, p, t, cap) for p in pools for t in Target)
+    return sum(trim_window(session, p, t, cap) for p in pools for t in TargetCode)

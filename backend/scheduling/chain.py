@@ -27,8 +27,8 @@ from backend.scheduling.transfer import TransferModel
 from backend.scheduling.types import (
     Candidate,
     Decision,
-    Policy,
     Predictor,
+    SchedulingPolicy,
     SchedulingRequest,
     StepTrace,
 )
@@ -37,7 +37,7 @@ from backend.scheduling.types import (
 def schedule(
     request: SchedulingRequest,
     candidates: Sequence[Candidate],
-    policy: Policy,
+    policy: SchedulingPolicy,
     predictor: Predictor | None,
     *,
     transfer_model: TransferModel | None = None,
@@ -82,7 +82,7 @@ def schedule(
 
 
 def _admission(
-    request: SchedulingRequest, policy: Policy, features: Features, state: ProfileState
+    request: SchedulingRequest, policy: SchedulingPolicy, features: Features, state: ProfileState
 ) -> Admission:
     if policy.mode == "routing":
         return Admission(True, "admitted: the routing-only chain has no admitter")
@@ -104,7 +104,7 @@ def _decision(
     chosen: int | None,
     state: ProfileState,
     candidates: Sequence[Candidate],
-    policy: Policy,
+    policy: SchedulingPolicy,
     preds: Predictions,
 ) -> Decision:
     name = None if chosen is None else candidates[chosen].name

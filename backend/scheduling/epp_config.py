@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import yaml
 
-from backend.scheduling.types import Policy
+from backend.scheduling.types import SchedulingPolicy
 
 API_VERSION: Final = "inference.networking.x-k8s.io/v1alpha1"
 """Accepted by llm-d-router and GAIE; llm-d-router logs it as deprecated in favour of
@@ -23,7 +23,7 @@ API_VERSION: Final = "inference.networking.x-k8s.io/v1alpha1"
 KIND: Final = "EndpointPickerConfig"
 
 
-def _affinity(name: str, threshold: float, policy: Policy) -> dict[str, Any]:
+def _affinity(name: str, threshold: float, policy: SchedulingPolicy) -> dict[str, Any]:
     return {
         "name": name,
         "type": "prefix-cache-affinity-filter",
@@ -37,7 +37,7 @@ def _affinity(name: str, threshold: float, policy: Policy) -> dict[str, Any]:
 
 
 def epp_config(
-    policy: Policy, *, api_version: str = API_VERSION, endpoint_role_label: str = ""
+    policy: SchedulingPolicy, *, api_version: str = API_VERSION, endpoint_role_label: str = ""
 ) -> dict[str, Any]:
     """The EndpointPickerConfig as a dict (plugins, then the ``default`` scheduling profile)."""
     producer_params: dict[str, Any] = {
@@ -109,13 +109,13 @@ def epp_config(
 
 
 def epp_config_yaml(
-    policy: Policy, *, api_version: str = API_VERSION, endpoint_role_label: str = ""
+    policy: SchedulingPolicy, *, api_version: str = API_VERSION, endpoint_role_label: str = ""
 ) -> str:
     cfg = epp_config(policy, api_version=api_version, endpoint_role_label=endpoint_role_label)
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
-def headroom_only(policy: Policy) -> dict[str, Any]:
+def headroom_only(policy: SchedulingPolicy) -> dict[str, Any]:
     """The policy's options that no upstream plugin implements; Headroom's /v1/schedule applies
     them, an EPP running the config above does not."""
     t = policy.transfer

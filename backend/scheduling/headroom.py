@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from backend.scheduling.state import Features, Headroom
-from backend.scheduling.types import BoolArray, FloatArray, Policy, SchedulingRequest
+from backend.scheduling.types import BoolArray, FloatArray, SchedulingPolicy, SchedulingRequest
 
 
 def compute_headroom(
@@ -24,7 +24,7 @@ def compute_headroom(
     ttft: FloatArray,
     tpot: FloatArray,
     request: SchedulingRequest,
-    policy: Policy,
+    policy: SchedulingPolicy,
     *,
     count_ttft: BoolArray | None = None,
     count_tpot: BoolArray | None = None,

@@ -39,20 +39,20 @@ from backend.scheduling.types import (
     Decision,
     FloatArray,
     PDTrace,
-    Policy,
+    SchedulingPolicy,
     SchedulingRequest,
     StepTrace,
 )
 
 
-def decode_profile(policy: Policy) -> Profile:
+def decode_profile(policy: SchedulingPolicy) -> Profile:
     tier = (SloHeadroomTierFilter(policy.epsilon_explore_neg),) if policy.mode == "slo" else ()
     return Profile(
         "decode", (RoleFilter("decode"), *tier), LatencyScorer(policy), make_picker(policy)
     )
 
 
-def prefill_profile(policy: Policy) -> Profile:
+def prefill_profile(policy: SchedulingPolicy) -> Profile:
     return Profile(
         "prefill",
         (RoleFilter("prefill"), *chain_filters(policy)),
@@ -66,7 +66,7 @@ def schedule_pd(
     candidates: Sequence[Candidate],
     features: Features,
     preds: Predictions,
-    policy: Policy,
+    policy: SchedulingPolicy,
     rng: random.Random,
     model: TransferModel,
 ) -> Decision:
@@ -171,7 +171,7 @@ def _opt(x: float) -> float | None:
 
 
 def _pd_trace(
-    policy: Policy,
+    policy: SchedulingPolicy,
     joint: bool,
     chosen: tuple[int, int],
     greedy: tuple[int, int],
@@ -208,7 +208,7 @@ def _decision(
     d_state: ProfileState,
     p_state: ProfileState,
     candidates: Sequence[Candidate],
-    policy: Policy,
+    policy: SchedulingPolicy,
     preds: Predictions,
     steps: list[StepTrace],
     pd: PDTrace | None = None,

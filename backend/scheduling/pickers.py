@@ -13,7 +13,7 @@ import numpy as np
 
 from backend.scheduling.scorer import IntArray, negative_buckets
 from backend.scheduling.state import ProfileState
-from backend.scheduling.types import FloatArray, Policy
+from backend.scheduling.types import FloatArray, SchedulingPolicy
 
 
 class Picker(Protocol):
@@ -63,7 +63,7 @@ class BestFitPicker:
     score. Ties go to the alphabetically first name.
     """
 
-    policy: Policy
+    policy: SchedulingPolicy
     name: str = "best-fit-picker"
 
     def __call__(self, state: ProfileState) -> int:

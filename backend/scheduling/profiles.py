@@ -21,8 +21,8 @@ from backend.scheduling.types import (
     Candidate,
     CandidateTrace,
     FloatArray,
-    Policy,
     Predictor,
+    SchedulingPolicy,
     SchedulingRequest,
     Tier,
 )
@@ -47,13 +47,13 @@ class Profile:
         return self.picker(state)
 
 
-def make_picker(policy: Policy) -> Picker:
+def make_picker(policy: SchedulingPolicy) -> Picker:
     if policy.picker == "best_fit":
         return BestFitPicker(policy)
     return WeightedRandomPicker()
 
 
-def affinity_filter(policy: Policy, strict: bool) -> PrefixAffinityFilter:
+def affinity_filter(policy: SchedulingPolicy, strict: bool) -> PrefixAffinityFilter:
     return PrefixAffinityFilter(
         name=STRICT_AFFINITY if strict else LOOSE_AFFINITY,
         threshold=policy.strict_affinity_threshold if strict else policy.loose_affinity_threshold,
@@ -62,7 +62,7 @@ def affinity_filter(policy: Policy, strict: bool) -> PrefixAffinityFilter:
     )
 
 
-def chain_filters(policy: Policy) -> tuple[Filter, ...]:
+def chain_filters(policy: SchedulingPolicy) -> tuple[Filter, ...]:
     if policy.mode == "routing":
         return (affinity_filter(policy, strict=False),)
     return (
@@ -72,7 +72,7 @@ def chain_filters(policy: Policy) -> tuple[Filter, ...]:
     )
 
 
-def build_profile(policy: Policy) -> Profile:
+def build_profile(policy: SchedulingPolicy) -> Profile:
     """The mode's single-profile chain: routing-only or SLO-aware."""
     return Profile("default", chain_filters(policy), LatencyScorer(policy), make_picker(policy))
 

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from backend.scheduling.state import ProfileState
-from backend.scheduling.types import FloatArray, Policy
+from backend.scheduling.types import FloatArray, SchedulingPolicy
 
 _W_MAX = 100
 _EPS = 1e-9
@@ -74,7 +74,7 @@ def _go_round(x: FloatArray) -> FloatArray:
 
 
 def composite_scores(
-    kv: FloatArray, waiting: FloatArray, prefix: FloatArray, policy: Policy
+    kv: FloatArray, waiting: FloatArray, prefix: FloatArray, policy: SchedulingPolicy
 ) -> FloatArray:
     """The fallback: free KV, relative queue and prefix hits, weighted, rounded to 1/100."""
     wkv, wq, wpref = (
@@ -127,7 +127,7 @@ def negative_buckets(state: ProfileState, idx: IntArray) -> list[tuple[Bucket, I
 class LatencyScorer:
     """latency-scorer. Writes ``state.scores`` (0 for alive pods outside the scored bucket)."""
 
-    policy: Policy
+    policy: SchedulingPolicy
     name: str = "latency-scorer"
 
     def __call__(self, state: ProfileState) -> Bucket:

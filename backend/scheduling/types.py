@@ -112,7 +112,7 @@ class TransferConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
+class SchedulingPolicy:
     """How a pool routes. Defaults equal upstream's (routerlib chart / predicted-latency guides)."""
 
     mode: Literal["routing", "slo"] = "slo"  # routing-only chain vs SLO-aware chain
@@ -169,7 +169,7 @@ class Policy:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Policy:
+    def from_dict(cls, data: Mapping[str, Any]) -> SchedulingPolicy:
         """Inverse of ``to_dict``; missing keys take upstream's defaults."""
         fields = dict(data)
         transfer = fields.pop("transfer", None)

@@ -19,11 +19,11 @@ from typing import Any
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, Simulation, max_context
 from backend.sim.gpu import load_profile
-from backend.sim.policies import MAIN_POLICIES, POLICIES, make_policy
 from backend.sim.pool import build_pool
 from backend.sim.report import markdown_table, summarize, write_plots
-from backend.sim.router import Slo
+from backend.sim.routers import MAIN_POLICIES, POLICIES, make_policy
 from backend.sim.traces.loader import TRACE_NAMES, TenantModel, load_trace
+from backend.sim.view import Slo
 
 DEFAULT_POLICIES = MAIN_POLICIES
 

@@ -26,11 +26,11 @@ from backend.scheduling.transfer import distance
 from backend.scheduling.types import TransferConfig
 from backend.sim.gpu import load_profile
 from backend.sim.kvcache import blocks
-from backend.sim.policies.base import Route, RoutingPolicy
 from backend.sim.pool import PodSpec
-from backend.sim.router import RouterView, Slo
+from backend.sim.routers.base import Route, RoutingPolicy
 from backend.sim.server import Done, FirstToken, Handoff, Outcome, Request, Seq, Server
 from backend.sim.traces.loader import UNIT_TOKENS, Trace
+from backend.sim.view import RouterView, Slo
 
 _STEP: Final = 0
 _TRANSFER: Final = 1

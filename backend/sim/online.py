@@ -21,7 +21,7 @@ import xgboost as xgb
 
 from backend.predictor.evaluation import evaluate
 from backend.predictor.features import Target, feature_matrix
-from backend.predictor.models import Kind, LatencyModel, TrainParams, default_params
+from backend.predictor.regressors import Kind, LatencyModel, TrainParams, default_params
 from backend.predictor.training import train_target
 from backend.samples.window import WindowSpec
 from backend.settings import WindowSettings

@@ -33,13 +33,13 @@ from backend.sim.engine import SimConfig, Simulation
 from backend.sim.entries import COUNT_FIELDS
 from backend.sim.gpu import load_profile
 from backend.sim.online import FIELDS
-from backend.sim.policies import make_policy
-from backend.sim.policies.base import Route, RoutingPolicy, Row
-from backend.sim.policies.predicted import router_row
 from backend.sim.pool import PodSpec, build_pool
-from backend.sim.router import RouterView, Slo
+from backend.sim.routers import make_policy
+from backend.sim.routers.base import Route, RoutingPolicy, Row
+from backend.sim.routers.predicted import router_row
 from backend.sim.server import Request
 from backend.sim.traces.loader import Trace, load_trace
+from backend.sim.view import RouterView, Slo
 
 POD_TYPE_NAMES: Final = {code: name for name, code in POD_TYPE_CODES.items()}
 _INT_FIELDS: Final = frozenset(COUNT_FIELDS)

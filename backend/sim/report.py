@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from backend.sim.engine import SimResult
-from backend.sim.router import Slo
+from backend.sim.view import Slo
 
 QUANTILES = np.linspace(0.0, 1.0, 101)
 

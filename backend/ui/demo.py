@@ -58,13 +58,13 @@ from backend.pools.service import PoolNotFound, create_pool, get_pool
 from backend.predictor.serving import ModelStore, ServedModel
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
-from backend.scheduling.types import Policy, TransferConfig
+from backend.scheduling.types import SchedulingPolicy, TransferConfig
 from backend.sim.gpu import load_profile
 from backend.sim.online import OnlinePredictor
-from backend.sim.policies import PredictedConfig
-from backend.sim.policies.predicted import PredictedLatency
 from backend.sim.replay import Observation, ReplaySpec, TraceReplay
-from backend.sim.router import RouterView, Slo
+from backend.sim.routers import PredictedConfig
+from backend.sim.routers.predicted import PredictedLatency
+from backend.sim.view import RouterView, Slo
 
 log = logging.getLogger("headroom.demo")
 
@@ -179,7 +179,7 @@ class ServedRouting(PredictedLatency):
     """Headroom's scheduling library as the EPP runs it against the service: the pool's policy,
     the served models, prefix scores from the pods' caches (KV events)."""
 
-    def __init__(self, store: ModelStore, pool: str, policy: Policy, seed: int) -> None:
+    def __init__(self, store: ModelStore, pool: str, policy: SchedulingPolicy, seed: int) -> None:
         config = PredictedConfig(
             policy=policy,
             kind="hybrid",
@@ -195,7 +195,7 @@ class ServedRouting(PredictedLatency):
         super().bind(view)
         self.predictors = {"": ServedModels(self.store, self.pool)}
 
-    def use(self, policy: Policy) -> None:
+    def use(self, policy: SchedulingPolicy) -> None:
         if policy != self.config.policy:
             self.config = dataclasses.replace(self.config, policy=policy)
 
@@ -298,7 +298,7 @@ class DemoFeeder:
                 pool_id = self.runtime.pools.resolve(session, pool)
         return pool_id
 
-    def _policy(self, pool: str) -> Policy:
+    def _policy(self, pool: str) -> SchedulingPolicy:
         return self.runtime.policy_cache.get(self._pool_id(pool)).policy
 
     def tick(self, seconds: float = TICK_S) -> int:

@@ -16,12 +16,12 @@ from backend.policies.schemas import PolicySpec
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, Simulation, max_context
 from backend.sim.gpu import load_profile
-from backend.sim.policies import PredictedConfig
-from backend.sim.policies.predicted import PredictedLatency
 from backend.sim.pool import build_pool
 from backend.sim.report import QUANTILES, summarize
-from backend.sim.router import Slo
+from backend.sim.routers import PredictedConfig
+from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.traces.loader import TRACE_NAMES, TenantModel, load_trace
+from backend.sim.view import Slo
 
 if TYPE_CHECKING:
     from backend.ui.whatif import Progress, WhatIfJob

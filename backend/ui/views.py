@@ -19,12 +19,12 @@ from sqlalchemy.orm import Session
 
 from backend.pools.models import Pool
 from backend.predictor.evaluation import evaluate
-from backend.predictor.models import LatencyModel
+from backend.predictor.regressors import LatencyModel
 from backend.predictor.serving import ModelStore
 from backend.predictor.training import predict_columns
 from backend.registry import service as registry
 from backend.registry.models import ModelVersion
-from backend.samples.models import Sample, Target
+from backend.samples.models import Sample, TargetCode
 from backend.samples.service import window_stats
 from backend.samples.window import WindowSpec
 from backend.settings import Settings
@@ -74,7 +74,7 @@ class Recent:
     full: bool
     """True when the slice holds RECENT_ROWS samples (older ones exist beyond it)."""
 
-    def newest_id(self, pool_id: int, target: Target | None = None) -> int | None:
+    def newest_id(self, pool_id: int, target: TargetCode | None = None) -> int | None:
         mask = self.pool_id == pool_id
         if target is not None:
             mask &= self.target == int(target)
@@ -88,7 +88,7 @@ class Recent:
             return count * 60.0 / self.span_s
         return count * 60.0 / RATE_HORIZON_S
 
-    def live_error(self, pool_id: int, target: Target) -> LiveError | None:
+    def live_error(self, pool_id: int, target: TargetCode) -> LiveError | None:
         mask = (
             (self.pool_id == pool_id)
             & (self.target == int(target))
@@ -160,7 +160,7 @@ def last_sample_at(session: Session, pool_id: int, recent: Recent) -> datetime |
 
 @dataclass(frozen=True)
 class TargetStatus:
-    target: Target
+    target: TargetCode
     version: ModelVersion | None
     last_trained_at: datetime | None
     newest_sample_id: int
@@ -204,7 +204,7 @@ def _pct(fraction: float) -> str:
     return f"{fraction * 100:.1f} %"
 
 
-def _trend_rising(session: Session, pool_id: int, target: Target) -> str | None:
+def _trend_rising(session: Session, pool_id: int, target: TargetCode) -> str | None:
     recent = session.scalars(
         select(ModelVersion.metrics)
         .where(ModelVersion.pool_id == pool_id, ModelVersion.target == int(target))
@@ -226,7 +226,7 @@ def _trend_rising(session: Session, pool_id: int, target: Target) -> str | None:
 def target_status(
     session: Session,
     pool: Pool,
-    target: Target,
+    target: TargetCode,
     settings: Settings,
     now: datetime,
     recent: Recent,
@@ -278,7 +278,7 @@ def pool_status(
 ) -> PoolStatus:
     return PoolStatus(
         pool=pool,
-        targets=[target_status(session, pool, t, settings, now, recent) for t in Target],
+        targets=[target_status(session, pool, t, settings, now, recent) for t in TargetCode],
         last_sample_at=last_sample_at(session, pool.id, recent),
         samples_per_min=recent.per_minute(pool.id),
     )
@@ -307,7 +307,7 @@ class Scatter:
 
 
 def _model_for(
-    session: Session, store: ModelStore, pool: Pool, target: Target, version_id: int
+    session: Session, store: ModelStore, pool: Pool, target: TargetCode, version_id: int
 ) -> LatencyModel:
     served = store.get(pool.name, target.label)
     if served is not None and served.version_id == version_id:
@@ -316,7 +316,7 @@ def _model_for(
 
 
 def held_out_scatter(
-    session: Session, store: ModelStore, pool: Pool, target: Target, version: ModelVersion
+    session: Session, store: ModelStore, pool: Pool, target: TargetCode, version: ModelVersion
 ) -> Scatter | None:
     # Read about SCATTER_POINTS rows, not the whole held-out set: a model's n_test tells how
     # many there are, and a hash of the id picks a sample that the window's index can find.
@@ -341,7 +341,7 @@ def held_out_scatter(
 
 @dataclass(frozen=True)
 class ModelsView:
-    target: Target
+    target: TargetCode
     versions: list[ModelVersion]
     active: ModelVersion | None
     scatter: Scatter | None
@@ -350,7 +350,7 @@ class ModelsView:
 
 
 def models_view(
-    session: Session, store: ModelStore, pool: Pool, target: Target, limit: int = 100
+    session: Session, store: ModelStore, pool: Pool, target: TargetCode, limit: int = 100
 ) -> ModelsView:
     versions = list(registry.list_versions(session, pool.id, target, limit))
     active = registry.active_version(session, pool.id, target)

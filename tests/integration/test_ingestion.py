@@ -12,7 +12,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.app import create_app
-from backend.samples.models import Sample, Target
+from backend.samples.models import Sample, TargetCode
 from backend.settings import Settings
 from tests.factories import entry
 from tests.integration.conftest import production_settings
@@ -87,10 +87,10 @@ def test_entry_with_both_labels_feeds_both_windows(
     with sessions() as s:
         labels = sorted((t, v) for t, v in s.execute(select(Sample.target, Sample.latency_ms)))
     assert labels == [
-        (Target.TTFT, 250.0),
-        (Target.TTFT, 300.0),
-        (Target.TPOT, 19.0),
-        (Target.TPOT, 21.5),
+        (TargetCode.TTFT, 250.0),
+        (TargetCode.TTFT, 300.0),
+        (TargetCode.TPOT, 19.0),
+        (TargetCode.TPOT, 21.5),
     ]
 
 

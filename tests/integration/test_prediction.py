@@ -16,7 +16,7 @@ from backend.deps import Runtime
 from backend.registry import trainer as trainer_module
 from backend.registry.locks import RedisLocks
 from backend.registry.trainer import Outcome, Trainer
-from backend.samples.models import Target
+from backend.samples.models import TargetCode
 from backend.sim.entries import prediction_requests, training_entries
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
@@ -243,7 +243,7 @@ def test_two_trainers_never_train_the_same_target_at_once(
     def train(make: Callable[[], Trainer]) -> None:
         t = make()
         start.wait()
-        outcomes.append(t.train(1, Target.TTFT))
+        outcomes.append(t.train(1, TargetCode.TTFT))
 
     threads = [
         threading.Thread(target=train, args=(lambda: make_trainer(client),)) for _ in range(2)

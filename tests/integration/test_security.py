@@ -24,7 +24,7 @@ from backend.auth.sessions import COOKIE_NAME, purge_expired, sign_in, signed_in
 from backend.auth.throttle import record_failure
 from backend.db import unit_of_work
 from backend.predictor.artifacts import ArtifactError
-from backend.predictor.models import load_model
+from backend.predictor.regressors import load_model
 from backend.settings import AuthSettings, Settings
 from workers.celery_app import create_celery
 from workers.tasks import PURGE_SIGN_INS

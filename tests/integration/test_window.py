@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db import unit_of_work
-from backend.samples.models import Sample, Target
+from backend.samples.models import Sample, TargetCode
 from backend.samples.service import trim_all_windows, trim_window
 from backend.samples.window import WindowSpec
 from backend.settings import WindowSettings
@@ -48,7 +48,7 @@ def test_trim_is_per_target_and_per_pool(
     with unit_of_work(sessions) as s:
         pool_id = s.scalar(select(Sample.pool_id).limit(1))
         assert pool_id is not None
-        assert trim_window(s, pool_id, Target.TPOT, cap=10) == 20
+        assert trim_window(s, pool_id, TargetCode.TPOT, cap=10) == 20
     stats = client.get("/v1/samples/stats").json()["targets"]
     assert stats["ttft"]["train"] + stats["ttft"]["test"] == 30
     assert stats["tpot"]["train"] + stats["tpot"]["test"] == 10

@@ -10,7 +10,7 @@ from starlette.responses import RedirectResponse, Response
 from backend.deps import RuntimeDep, SessionDep
 from backend.registry import service as registry
 from backend.registry.models import ModelVersion
-from backend.samples.models import Target
+from backend.samples.models import TargetCode
 from backend.ui.deps import ConsoleActor, ConsoleEditor, PoolDep, StateDep
 from backend.ui.views import models_view
 
@@ -27,7 +27,7 @@ def models_page(
     choice: PoolDep,
     target: Literal["ttft", "tpot"] = Query("ttft"),
 ) -> Response:
-    view = models_view(session, runtime.store, choice.selected, Target.from_label(target))
+    view = models_view(session, runtime.store, choice.selected, TargetCode.from_label(target))
     return state.renderer.page(
         request,
         "models.html",
@@ -51,7 +51,7 @@ def activate(
         raise HTTPException(404, f"model version {version_id} not found")
     registry.activate(session, version, by=actor.name)
     session.commit()
-    target = Target(version.target)
+    target = TargetCode(version.target)
     # Published after the commit, so that every listener finds the row it is told about.
     runtime.notifier.publish(
         {"pool_id": version.pool_id, "target": target.label, "version_id": version.id}

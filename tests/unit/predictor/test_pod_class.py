@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from backend.predictor.evaluation import evaluate
-from backend.predictor.models import load_model
+from backend.predictor.regressors import load_model
 from backend.predictor.training import predict_columns, train_target
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from backend.predictor.features import TPOT_FEATURES, TTFT_FEATURES
-from backend.predictor.models import HybridModel, XGBoostModel
+from backend.predictor.regressors import HybridModel, XGBoostModel
 from backend.predictor.training import TrainParams, train_target
 from tests.unit.predictor.synthetic import sample
 

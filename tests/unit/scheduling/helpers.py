@@ -10,7 +10,7 @@ import numpy as np
 
 from backend.scheduling.headroom import compute_headroom
 from backend.scheduling.state import Features, ProfileState
-from backend.scheduling.types import Candidate, Policy, Predictor, SchedulingRequest
+from backend.scheduling.types import Candidate, Predictor, SchedulingPolicy, SchedulingRequest
 
 
 def pod(name: str, **fields: Any) -> Candidate:
@@ -44,12 +44,12 @@ def state_for(
     ttft: Sequence[float] | None,
     tpot: Sequence[float] | None = None,
     request: SchedulingRequest | None = None,
-    policy: Policy | None = None,
+    policy: SchedulingPolicy | None = None,
     seed: int = 0,
 ) -> ProfileState:
     """A profile state with headroom computed, every pod alive: for plugin-level tests."""
     request = request or SchedulingRequest(prompt_tokens=1000)
-    policy = policy or Policy()
+    policy = policy or SchedulingPolicy()
     features = Features.of(candidates)
     n = len(candidates)
     headroom = None

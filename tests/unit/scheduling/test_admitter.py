@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from backend.scheduling import Candidate, Policy, SchedulingRequest, schedule
+from backend.scheduling import Candidate, SchedulingPolicy, SchedulingRequest, schedule
 from backend.scheduling.admitter import REJECT_REASON
 
 from .helpers import fixed, pod
@@ -29,7 +29,7 @@ def decide(
     d = schedule(
         SchedulingRequest(1000, ttft_slo, tpot_slo, priority=priority, seed=1),
         candidates,
-        Policy(mode=mode),  # type: ignore[arg-type]
+        SchedulingPolicy(mode=mode),  # type: ignore[arg-type]
         predictor,  # type: ignore[arg-type]
     )
     return d.admitted, d.reason
@@ -119,7 +119,7 @@ def test_admitter_rejection_reason_is_upstreams_text() -> None:
 
 
 def test_admitter_rejection_chooses_nothing_but_still_traces() -> None:
-    d = schedule(SchedulingRequest(1000, 500, 50, priority=-1), BUSY, Policy(), SLOW)
+    d = schedule(SchedulingRequest(1000, 500, 50, priority=-1), BUSY, SchedulingPolicy(), SLOW)
     assert (d.admitted, d.chosen) == (False, None)
     assert [c.ttft_ms for c in d.candidates] == [900.0, 800.0]
     assert all(c.valid is False for c in d.candidates)

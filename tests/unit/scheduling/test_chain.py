@@ -8,7 +8,13 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from backend.scheduling import Candidate, Policy, SchedulingRequest, TransferConfig, schedule
+from backend.scheduling import (
+    Candidate,
+    SchedulingPolicy,
+    SchedulingRequest,
+    TransferConfig,
+    schedule,
+)
 
 from .helpers import fixed, pod
 
@@ -17,13 +23,13 @@ PODS = [pod("a", prefix_cache_score=1.0), pod("b", prefix_cache_score=0.85), pod
 PRED = fixed({"a": 450.0, "b": 200.0, "c": 100.0})
 
 
-def plugins(policy: Policy, request: SchedulingRequest = SLO) -> list[str]:
+def plugins(policy: SchedulingPolicy, request: SchedulingRequest = SLO) -> list[str]:
     return [s.plugin for s in schedule(request, PODS, policy, PRED).steps]
 
 
 def test_slo_chain_order_matches_the_routerlib_chart() -> None:
     """chain: admitter + strict(0.99) -> tier -> loose(0.8) -> latency-scorer -> picker."""
-    assert plugins(Policy()) == [
+    assert plugins(SchedulingPolicy()) == [
         "latency-slo-admitter",
         "strict-affinity-filter",
         "slo-headroom-tier-filter",
@@ -35,19 +41,19 @@ def test_slo_chain_order_matches_the_routerlib_chart() -> None:
 
 def test_routing_chain_is_loose_affinity_scorer_picker() -> None:
     """chain: routing-only = loose-affinity -> latency-scorer -> weighted-random (no admitter)."""
-    assert plugins(Policy(mode="routing")) == [
+    assert plugins(SchedulingPolicy(mode="routing")) == [
         "loose-affinity-filter",
         "latency-scorer",
         "weighted-random-picker",
     ]
 
 
-def removed(policy: Policy, pods: list[Candidate], pred: object) -> dict[str, str | None]:
+def removed(policy: SchedulingPolicy, pods: list[Candidate], pred: object) -> dict[str, str | None]:
     d = schedule(SLO, pods, policy, pred)  # type: ignore[arg-type]
     return {c.name: c.removed_by for c in d.candidates}
 
 
-DETERMINISTIC = Policy(affinity_exploration_probability=0.0, epsilon_explore_neg=0.0)
+DETERMINISTIC = SchedulingPolicy(affinity_exploration_probability=0.0, epsilon_explore_neg=0.0)
 
 
 def test_strict_gate_runs_before_the_tier_filter() -> None:
@@ -78,7 +84,9 @@ def test_loose_gate_narrows_within_the_slo_tier() -> None:
 
 def test_ttft_load_gate_in_the_chain_breaks_stickiness() -> None:
     """affinity: sticky pod predicted > 5000 ms slower than the best other -> all kept."""
-    policy = Policy(mode="routing", affinity_exploration_probability=0.0, picker="best_fit")
+    policy = SchedulingPolicy(
+        mode="routing", affinity_exploration_probability=0.0, picker="best_fit"
+    )
     d = schedule(
         SchedulingRequest(1000, seed=1), PODS, policy, fixed({"a": 9000, "b": 7000, "c": 100})
     )
@@ -88,7 +96,7 @@ def test_ttft_load_gate_in_the_chain_breaks_stickiness() -> None:
 
 
 def test_routing_mode_picks_lowest_predicted_latency() -> None:
-    policy = Policy(mode="routing", picker="best_fit")
+    policy = SchedulingPolicy(mode="routing", picker="best_fit")
     d = schedule(SchedulingRequest(1000), [pod("x"), pod("y")], policy, fixed({"x": 9, "y": 3}))
     assert d.chosen == "y"
 
@@ -132,7 +140,7 @@ def test_predictor_failure_falls_back_to_the_composite_heuristic(
 ) -> None:
     """Fallback: the decision still comes back, from the composite heuristic, marked so."""
     request = SchedulingRequest(1000, ttft_slo_ms=500, tpot_slo_ms=50, priority=-1, seed=3)
-    d = schedule(request, PODS, Policy(), predictor)  # type: ignore[arg-type]
+    d = schedule(request, PODS, SchedulingPolicy(), predictor)  # type: ignore[arg-type]
     assert d.admitted and d.chosen in {"a", "b", "c"}
     assert d.fallback is True
     assert d.predictor_error == error
@@ -141,7 +149,7 @@ def test_predictor_failure_falls_back_to_the_composite_heuristic(
 
 
 def test_negative_predictions_are_clipped_to_zero_as_upstream() -> None:
-    d = schedule(SLO, [pod("x"), pod("y")], Policy(), fixed({"x": -5.0, "y": 100.0}))
+    d = schedule(SLO, [pod("x"), pod("y")], SchedulingPolicy(), fixed({"x": -5.0, "y": 100.0}))
     assert d.candidates[0].ttft_ms == 0.0 and d.candidates[0].ttft_headroom_ms == 500.0
 
 
@@ -149,23 +157,25 @@ def test_same_seed_same_decision() -> None:
     """Determinism: every random draw comes from Random(request.seed)."""
     many = [pod(f"p{i}", prefix_cache_score=(i % 5) / 4) for i in range(20)]
     pred = fixed({f"p{i}": 50.0 + 37 * i for i in range(20)})
-    first = schedule(SLO, many, Policy(), pred).to_dict()
-    assert all(schedule(SLO, many, Policy(), pred).to_dict() == first for _ in range(5))
+    first = schedule(SLO, many, SchedulingPolicy(), pred).to_dict()
+    assert all(schedule(SLO, many, SchedulingPolicy(), pred).to_dict() == first for _ in range(5))
     chosen = {
-        schedule(SchedulingRequest(1000, 2000, 50, seed=s), many, Policy(), pred).chosen
+        schedule(SchedulingRequest(1000, 2000, 50, seed=s), many, SchedulingPolicy(), pred).chosen
         for s in range(40)
     }
     assert len(chosen) > 1, "different seeds explore different pods"
 
 
 def test_decision_is_json_serialisable_without_nan() -> None:
-    d = schedule(SLO, [*PODS, pod("d")], Policy(), PRED)  # d has no prediction
+    d = schedule(SLO, [*PODS, pod("d")], SchedulingPolicy(), PRED)  # d has no prediction
     text = json.dumps(d.to_dict(), allow_nan=False)
     assert json.loads(text)["candidates"][3]["ttft_ms"] is None
 
 
 def test_trace_fields_explain_each_pod() -> None:
-    d = schedule(SLO, PODS, Policy(epsilon_explore_neg=0.0), fixed({"a": 900, "b": 200, "c": 100}))
+    d = schedule(
+        SLO, PODS, SchedulingPolicy(epsilon_explore_neg=0.0), fixed({"a": 900, "b": 200, "c": 100})
+    )
     a = d.candidates[0]
     assert (a.ttft_ms, a.ttft_headroom_ms, a.tpot_headroom_ms, a.tier, a.valid) == (
         900.0,
@@ -178,14 +188,14 @@ def test_trace_fields_explain_each_pod() -> None:
 
 
 def test_no_candidates_and_duplicate_names() -> None:
-    d = schedule(SLO, [], Policy(), PRED)
+    d = schedule(SLO, [], SchedulingPolicy(), PRED)
     assert (d.admitted, d.chosen, d.reason) == (False, None, "no candidate pods")
     with pytest.raises(ValueError, match="unique"):
-        schedule(SLO, [pod("a"), pod("a")], Policy(), PRED)
+        schedule(SLO, [pod("a"), pod("a")], SchedulingPolicy(), PRED)
 
 
 def test_policy_defaults_equal_upstream() -> None:
-    p = Policy()
+    p = SchedulingPolicy()
     assert (p.mode, p.strategy, p.ttft_weight, p.tpot_weight) == ("slo", "least", 0.8, 0.2)
     assert (p.epsilon_explore_neg, p.strict_affinity_threshold, p.loose_affinity_threshold) == (
         0.01,
@@ -214,7 +224,7 @@ def test_policy_defaults_equal_upstream() -> None:
 )
 def test_policy_rejects_out_of_range_values(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        Policy(**kwargs)  # type: ignore[arg-type]
+        SchedulingPolicy(**kwargs)  # type: ignore[arg-type]
 
 
 def test_pod_class_is_carried_through_to_predictor_and_trace() -> None:
@@ -229,15 +239,19 @@ def test_pod_class_is_carried_through_to_predictor_and_trace() -> None:
         )
 
     pods = [pod("x", pod_class="a100"), pod("y", pod_class="h100")]
-    d = schedule(SchedulingRequest(1000, seed=1), pods, Policy(picker="best_fit"), per_class)
+    d = schedule(
+        SchedulingRequest(1000, seed=1), pods, SchedulingPolicy(picker="best_fit"), per_class
+    )
     assert seen == ["a100", "h100"]
     assert [c.pod_class for c in d.candidates] == ["a100", "h100"]
     assert d.chosen == "y"
 
 
 def test_policy_round_trips_through_json() -> None:
-    policy = Policy(strategy="most", picker="best_fit", transfer=TransferConfig(same_rack_gbps=40))
+    policy = SchedulingPolicy(
+        strategy="most", picker="best_fit", transfer=TransferConfig(same_rack_gbps=40)
+    )
     data = json.loads(json.dumps(policy.to_dict()))
     assert data["transfer"]["same_rack_gbps"] == 40
-    assert Policy.from_dict(data) == policy
-    assert Policy.from_dict({}) == Policy()
+    assert SchedulingPolicy.from_dict(data) == policy
+    assert SchedulingPolicy.from_dict({}) == SchedulingPolicy()

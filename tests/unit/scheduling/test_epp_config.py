@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from backend.scheduling import Policy
+from backend.scheduling import SchedulingPolicy
 from backend.scheduling.epp_config import epp_config, epp_config_yaml, headroom_only
 
 
@@ -15,7 +15,7 @@ def by_ref(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_default_slo_pipeline_matches_the_chart() -> None:
-    cfg = epp_config(Policy())
+    cfg = epp_config(SchedulingPolicy())
     assert cfg["apiVersion"] == "inference.networking.x-k8s.io/v1alpha1"
     assert cfg["kind"] == "EndpointPickerConfig"
     [profile] = cfg["schedulingProfiles"]
@@ -35,7 +35,7 @@ def test_default_slo_pipeline_matches_the_chart() -> None:
 
 
 def test_default_parameters_equal_upstream_values() -> None:
-    plugins = by_ref(epp_config(Policy()))
+    plugins = by_ref(epp_config(SchedulingPolicy()))
     for name, threshold in (("strict-affinity-filter", 0.99), ("loose-affinity-filter", 0.8)):
         assert plugins[name]["type"] == "prefix-cache-affinity-filter"
         assert plugins[name]["parameters"] == {
@@ -61,7 +61,7 @@ def test_default_parameters_equal_upstream_values() -> None:
 
 
 def test_policy_edits_appear_in_the_config() -> None:
-    policy = Policy(
+    policy = SchedulingPolicy(
         strategy="most",
         ttft_weight=0.6,
         epsilon_explore_neg=0.05,
@@ -86,7 +86,7 @@ def test_policy_edits_appear_in_the_config() -> None:
 
 
 def test_routing_mode_exports_the_routing_only_chain() -> None:
-    cfg = epp_config(Policy(mode="routing", streaming_mode=False))
+    cfg = epp_config(SchedulingPolicy(mode="routing", streaming_mode=False))
     [profile] = cfg["schedulingProfiles"]
     assert [p["pluginRef"] for p in profile["plugins"]] == [
         "predicted-latency-producer",
@@ -100,7 +100,7 @@ def test_routing_mode_exports_the_routing_only_chain() -> None:
 
 
 def test_yaml_round_trips_and_carries_no_headroom_only_keys() -> None:
-    policy = Policy(picker="best_fit", pd_selection="joint")
+    policy = SchedulingPolicy(picker="best_fit", pd_selection="joint")
     text = epp_config_yaml(
         policy, api_version="llm-d.ai/v1alpha1", endpoint_role_label="llm-d.ai/role"
     )
@@ -117,9 +117,9 @@ def test_yaml_round_trips_and_carries_no_headroom_only_keys() -> None:
 
 
 def test_headroom_only_options_are_reported_separately() -> None:
-    extra = headroom_only(Policy(picker="best_fit", pd_selection="joint"))
+    extra = headroom_only(SchedulingPolicy(picker="best_fit", pd_selection="joint"))
     assert extra["picker"] == "best_fit" and extra["picker_upstream_equivalent"] is False
     assert extra["pd_selection"] == "joint" and extra["pd_selection_upstream_equivalent"] is False
     assert extra["expected_output_tokens"] == 256
     assert extra["kv_transfer"]["kv_bytes_per_token"] == 131072
-    assert headroom_only(Policy())["picker_upstream_equivalent"] is True
+    assert headroom_only(SchedulingPolicy())["picker_upstream_equivalent"] is True

@@ -7,7 +7,7 @@ import pytest
 
 from backend.scheduling.headroom import compute_headroom
 from backend.scheduling.state import Features
-from backend.scheduling.types import Policy, SchedulingRequest
+from backend.scheduling.types import SchedulingPolicy, SchedulingRequest
 
 from .helpers import pod
 
@@ -30,7 +30,7 @@ def headroom_of(
         np.array([ttft]),
         np.array([tpot]),
         SchedulingRequest(1000, ttft_slo_ms=ttft_slo, tpot_slo_ms=tpot_slo, stream=stream),
-        Policy(slo_buffer_factor=buffer, streaming_mode=streaming_mode),
+        SchedulingPolicy(slo_buffer_factor=buffer, streaming_mode=streaming_mode),
     )
     return (
         float(h.ttft_headroom[0]),
@@ -114,7 +114,7 @@ def test_producer_nan_prediction_means_no_prediction() -> None:
         np.array([np.nan, 100.0]),
         np.array([10.0, np.nan]),
         SchedulingRequest(1000, ttft_slo_ms=300, tpot_slo_ms=30),
-        Policy(),
+        SchedulingPolicy(),
     )
     assert h.has_pred.tolist() == [False, False]
     h = compute_headroom(
@@ -122,7 +122,7 @@ def test_producer_nan_prediction_means_no_prediction() -> None:
         np.array([np.nan, 100.0]),
         np.array([10.0, np.nan]),
         SchedulingRequest(1000, ttft_slo_ms=300, tpot_slo_ms=30, stream=False),
-        Policy(),
+        SchedulingPolicy(),
     )
     assert h.has_pred.tolist() == [False, True], "a TPOT-less answer is fine where TPOT is neutral"
 
@@ -134,6 +134,6 @@ def test_combined_headroom_uses_policy_weights() -> None:
         np.array([100.0]),
         np.array([20.0]),
         SchedulingRequest(1000, ttft_slo_ms=300, tpot_slo_ms=30),
-        Policy(ttft_weight=0.8),
+        SchedulingPolicy(ttft_weight=0.8),
     )
     assert h.combined[0] == pytest.approx(0.8 * 200 + 0.2 * 10)

@@ -8,7 +8,7 @@ import pytest
 
 from backend.scheduling import (
     Candidate,
-    Policy,
+    SchedulingPolicy,
     SchedulingRequest,
     Topology,
     TransferModel,
@@ -46,8 +46,8 @@ def test_greedy_picks_the_slow_pair_and_joint_the_fast_one() -> None:
     """P/D: greedy = D on TPOT, then P on TTFT, apart: fast P + fast D, cross-region. Joint
     prices the KV transfer and takes the same-rack pair; the saving is in the decision."""
     request = SchedulingRequest(PROMPT, seed=0)
-    greedy = schedule(request, PODS, Policy(), PREDICT)
-    joint = schedule(request, PODS, Policy(pd_selection="joint"), PREDICT)
+    greedy = schedule(request, PODS, SchedulingPolicy(), PREDICT)
+    joint = schedule(request, PODS, SchedulingPolicy(pd_selection="joint"), PREDICT)
 
     assert (greedy.prefill, greedy.decode, greedy.chosen) == ("p-east", "d-west", "d-west")
     assert greedy.pd is not None and greedy.pd.distance == "cross_region"
@@ -78,7 +78,7 @@ def test_greedy_decode_profile_ignores_ttft_and_prefill_profile_ignores_tpot() -
         {"p-east": 100.0, "p-west": 130.0, "d-east": 10.0, "d-west": 5000.0},
         {"p-east": 1.0, "p-west": 500.0, "d-east": 21.0, "d-west": 20.0},
     )
-    d = schedule(SchedulingRequest(PROMPT, seed=0), PODS, Policy(picker="best_fit"), pred)
+    d = schedule(SchedulingRequest(PROMPT, seed=0), PODS, SchedulingPolicy(picker="best_fit"), pred)
     assert (d.prefill, d.decode) == ("p-east", "d-west")
     by_name = {c.name: c for c in d.candidates}
     assert by_name["d-west"].profile == "decode" and by_name["d-west"].ttft_headroom_ms == 0.0
@@ -88,7 +88,9 @@ def test_greedy_decode_profile_ignores_ttft_and_prefill_profile_ignores_tpot() -
 def test_greedy_prefill_profile_is_prefix_first() -> None:
     """P/D greedy (upstream): the prefill profile runs the affinity filters: exact hit first."""
     pods = [*PODS[:1], placed("p-west", "prefill", "west", "w1", prefix_cache_score=1.0), *PODS[2:]]
-    d = schedule(SchedulingRequest(PROMPT, seed=0), pods, Policy(picker="best_fit"), PREDICT)
+    d = schedule(
+        SchedulingRequest(PROMPT, seed=0), pods, SchedulingPolicy(picker="best_fit"), PREDICT
+    )
     assert d.prefill == "p-west"
     assert {c.name: c.removed_by for c in d.candidates}["p-east"] == "strict-affinity-filter"
 
@@ -106,19 +108,19 @@ def test_joint_respects_the_ttft_slo_including_transfer() -> None:
         {"p-near": 0.0, "p-far": 0.0, "d-west": 20.0, "d-east": 30.0},
     )
     request = SchedulingRequest(PROMPT, ttft_slo_ms=700.0, seed=0)
-    d = schedule(request, pods, Policy(pd_selection="joint"), pred)
+    d = schedule(request, pods, SchedulingPolicy(pd_selection="joint"), pred)
     # Cheapest overall is p-far + d-east (100 + 43 + 7680 = 7823) vs p-near + d-west
     # (600 + 43 + 5120 = 5763): p-near + d-west is cheaper AND within 700 ms to first token.
     assert (d.prefill, d.decode) == ("p-near", "d-west")
     assert d.pd is not None and d.pd.meets_slo is True
     tight = SchedulingRequest(PROMPT, ttft_slo_ms=150.0, seed=0)
-    d = schedule(tight, pods, Policy(pd_selection="joint"), pred)
+    d = schedule(tight, pods, SchedulingPolicy(pd_selection="joint"), pred)
     assert (d.prefill, d.decode) == ("p-far", "d-east"), "only pair within 150 ms to first token"
 
 
 def test_joint_without_any_feasible_pair_takes_the_cheapest_and_says_so() -> None:
     request = SchedulingRequest(PROMPT, ttft_slo_ms=10.0, seed=0)
-    d = schedule(request, PODS, Policy(pd_selection="joint"), PREDICT)
+    d = schedule(request, PODS, SchedulingPolicy(pd_selection="joint"), PREDICT)
     assert (d.prefill, d.decode) == ("p-west", "d-west")
     assert d.pd is not None and d.pd.meets_slo is False
     assert "no pair is predicted to meet the SLO" in d.reason
@@ -127,7 +129,7 @@ def test_joint_without_any_feasible_pair_takes_the_cheapest_and_says_so() -> Non
 def test_pd_fallback_without_predictions_keeps_greedy_heuristic_pair() -> None:
     """Fallback under P/D: both profiles use the composite heuristic; never a dropped request."""
     request = SchedulingRequest(PROMPT, ttft_slo_ms=500, tpot_slo_ms=50, priority=-1, seed=2)
-    d = schedule(request, PODS, Policy(pd_selection="joint"), None)
+    d = schedule(request, PODS, SchedulingPolicy(pd_selection="joint"), None)
     assert d.admitted and d.fallback
     assert d.prefill in {"p-east", "p-west"} and d.decode in {"d-east", "d-west"}
     assert d.pd is not None and d.pd.e2e_ms is None and d.pd.selection == "greedy"
@@ -138,18 +140,22 @@ def test_pd_fallback_without_predictions_keeps_greedy_heuristic_pair() -> None:
 def test_pd_admission_needs_a_valid_prefill_and_a_valid_decode_pod() -> None:
     """admitter under P/D: one valid role is not enough to serve a sheddable request."""
     request = SchedulingRequest(PROMPT, ttft_slo_ms=500, tpot_slo_ms=10, priority=-1, seed=0)
-    d = schedule(request, PODS, Policy(), PREDICT)  # prefill fine, every decode pod > 10 ms TPOT
+    d = schedule(
+        request, PODS, SchedulingPolicy(), PREDICT
+    )  # prefill fine, every decode pod > 10 ms TPOT
     assert not d.admitted and d.chosen is None
     ok = SchedulingRequest(PROMPT, ttft_slo_ms=500, tpot_slo_ms=20.5, priority=-1, seed=0)
-    assert schedule(ok, PODS, Policy(), PREDICT).admitted
+    assert schedule(ok, PODS, SchedulingPolicy(), PREDICT).admitted
 
 
 def test_unlabelled_pods_decode_and_pd_needs_prefill_pods() -> None:
     """P/D: upstream's decode-filter accepts unlabelled pods; no prefill pods -> no P/D."""
     pods = [placed("p", "prefill", "west", "w1"), placed("x", "", "west", "w1")]
-    d = schedule(SchedulingRequest(PROMPT, seed=0), pods, Policy(), fixed({"p": 1.0, "x": 1.0}))
+    d = schedule(
+        SchedulingRequest(PROMPT, seed=0), pods, SchedulingPolicy(), fixed({"p": 1.0, "x": 1.0})
+    )
     assert (d.prefill, d.decode) == ("p", "x")
-    d = schedule(SchedulingRequest(PROMPT, seed=0), PODS[2:], Policy(), PREDICT)
+    d = schedule(SchedulingRequest(PROMPT, seed=0), PODS[2:], SchedulingPolicy(), PREDICT)
     assert d.pd is None and d.prefill is None and d.chosen in {"d-east", "d-west"}
 
 
@@ -159,6 +165,8 @@ def test_learned_transfer_model_changes_the_joint_choice() -> None:
     for size in (1e8, 2e8, 4e8, 8e8):
         model.observe(size, "cross_region", 1.0 + size / 200e6)  # a fat 200 GB/s link, say
     request = SchedulingRequest(PROMPT, seed=0)
-    d = schedule(request, PODS, Policy(pd_selection="joint"), PREDICT, transfer_model=model)
+    d = schedule(
+        request, PODS, SchedulingPolicy(pd_selection="joint"), PREDICT, transfer_model=model
+    )
     assert (d.prefill, d.decode) == ("p-east", "d-west")
     assert d.pd is not None and d.pd.saved_ms == pytest.approx(0.0)

@@ -9,7 +9,7 @@ import pytest
 
 from backend.scheduling.pickers import BestFitPicker, WeightedRandomPicker
 from backend.scheduling.scorer import LatencyScorer
-from backend.scheduling.types import Policy, SchedulingRequest
+from backend.scheduling.types import SchedulingPolicy, SchedulingRequest
 
 from .helpers import pod, state_for
 
@@ -52,7 +52,7 @@ REQ = SchedulingRequest(1000, ttft_slo_ms=500, tpot_slo_ms=50)
 def best_fit(
     ttft: list[float], tpot: list[float], strategy: str = "least", **pod_kw: dict[str, int]
 ) -> str:
-    policy = Policy(picker="best_fit", strategy=strategy)  # type: ignore[arg-type]
+    policy = SchedulingPolicy(picker="best_fit", strategy=strategy)  # type: ignore[arg-type]
     pods = [pod(n, **pod_kw.get(n, {})) for n in ("a", "b", "c")]
     state = state_for(pods, ttft, tpot, request=REQ, policy=policy)
     LatencyScorer(policy)(state)
@@ -111,7 +111,7 @@ def test_best_fit_prefers_idle_when_nothing_meets_the_slo() -> None:
 
 
 def test_best_fit_without_predictions_takes_the_highest_composite_score() -> None:
-    policy = Policy(picker="best_fit")
+    policy = SchedulingPolicy(picker="best_fit")
     pods = [pod("a", kv_cache_percentage=0.9), pod("b", kv_cache_percentage=0.1), pod("c")]
     state = state_for(pods, None, policy=policy)
     LatencyScorer(policy)(state)

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend.scheduling import Candidate, Policy, SchedulingRequest, Topology, schedule
+from backend.scheduling import Candidate, SchedulingPolicy, SchedulingRequest, Topology, schedule
 
 from .helpers import pod
 
@@ -71,7 +71,7 @@ def test_best_fit_picks_the_extreme_non_negative_combined_headroom(
     states: list[dict[str, Any]], ttft_slo: float, tpot_slo: float, strategy: str, seed: int
 ) -> None:
     """best-fit least: the pod with the smallest non-negative combined headroom; most: largest."""
-    policy = Policy(
+    policy = SchedulingPolicy(
         picker="best_fit",
         strategy=strategy,  # type: ignore[arg-type]
         epsilon_explore_neg=0.0,
@@ -99,7 +99,7 @@ def test_sheddable_rejected_only_when_no_pod_is_valid_idle_or_cold(
 ) -> None:
     """admitter: sheddable rejected iff no pod meets its SLO and none is idle or cold."""
     request = SchedulingRequest(1000, ttft_slo, tpot_slo, priority=priority, seed=seed)
-    d = schedule(request, build(states), Policy(), predictor_for(states))
+    d = schedule(request, build(states), SchedulingPolicy(), predictor_for(states))
     valid = any(s["ttft"] < ttft_slo and s["tpot"] < buffered_tpot_slo(s, tpot_slo) for s in states)
     idle = any(s["running"] == 0 for s in states)
     cold = any(s["kv"] < 0.02 for s in states)
@@ -139,7 +139,12 @@ def not_a_tuple(candidates: Sequence[Candidate], request: SchedulingRequest) -> 
     st.integers(-3, 3),
     st.sampled_from([raises, raises_timeout, wrong_length, all_nan, not_a_tuple, None]),
     st.sampled_from(
-        [Policy(), Policy(mode="routing"), Policy(picker="best_fit"), Policy(pd_selection="joint")]
+        [
+            SchedulingPolicy(),
+            SchedulingPolicy(mode="routing"),
+            SchedulingPolicy(picker="best_fit"),
+            SchedulingPolicy(pd_selection="joint"),
+        ]
     ),
     st.integers(0, 2**16),
 )
@@ -149,7 +154,7 @@ def test_a_failing_predictor_never_drops_a_request(
     tpot_slo: float | None,
     priority: int,
     predictor: Any,
-    policy: Policy,
+    policy: SchedulingPolicy,
     seed: int,
 ) -> None:
     """fallback: whatever the predictor does, the request is admitted and gets a pod."""
@@ -175,8 +180,8 @@ def test_same_seed_same_decision(
     """Determinism: a decision with a seed is reproducible, P/D pools included."""
     candidates = build(states, roles=True)
     request = SchedulingRequest(1000, ttft_slo, tpot_slo, priority=priority, seed=seed)
-    first = schedule(request, candidates, Policy(), predictor_for(states)).to_dict()
-    again = schedule(request, candidates, Policy(), predictor_for(states)).to_dict()
+    first = schedule(request, candidates, SchedulingPolicy(), predictor_for(states)).to_dict()
+    again = schedule(request, candidates, SchedulingPolicy(), predictor_for(states)).to_dict()
     assert first == again
 
 
@@ -187,7 +192,7 @@ def test_chosen_pod_survived_the_filters_and_is_scored(
 ) -> None:
     """picker: picks an alive pod; with any positive score, a pod with a positive score."""
     request = SchedulingRequest(1000, ttft_slo, tpot_slo, seed=seed)
-    d = schedule(request, build(states), Policy(), predictor_for(states))
+    d = schedule(request, build(states), SchedulingPolicy(), predictor_for(states))
     chosen = next(c for c in d.candidates if c.name == d.chosen)
     assert chosen.removed_by is None
     scores = [c.score for c in d.candidates if c.score is not None]
@@ -203,7 +208,7 @@ def test_joint_pd_is_never_predicted_slower_than_greedy_without_slos(
     """joint P/D minimises predicted e2e over all pairs, so it is never worse than greedy's."""
     candidates = build(states, roles=True)
     request = SchedulingRequest(prompt, seed=seed)
-    d = schedule(request, candidates, Policy(pd_selection="joint"), predictor_for(states))
+    d = schedule(request, candidates, SchedulingPolicy(pd_selection="joint"), predictor_for(states))
     if d.pd is not None:
         assert d.pd.e2e_ms is not None and d.pd.greedy_e2e_ms is not None
         assert d.pd.e2e_ms <= d.pd.greedy_e2e_ms + 1e-9

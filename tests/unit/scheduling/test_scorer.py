@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from backend.scheduling.scorer import LatencyScorer, _go_round, composite_scores, score_bucket
-from backend.scheduling.types import Candidate, Policy, SchedulingRequest
+from backend.scheduling.types import Candidate, SchedulingPolicy, SchedulingRequest
 
 from .helpers import pod, scores_by_name, state_for
 
@@ -18,9 +18,9 @@ def scored(
     ttft: list[float] | None,
     tpot: list[float] | None = None,
     request: SchedulingRequest = SLO,
-    policy: Policy | None = None,
+    policy: SchedulingPolicy | None = None,
 ) -> tuple[dict[str, float], str]:
-    policy = policy or Policy()
+    policy = policy or SchedulingPolicy()
     state = state_for(pods, ttft, tpot, request=request, policy=policy)
     bucket = LatencyScorer(policy)(state)
     return scores_by_name(state), bucket
@@ -130,7 +130,7 @@ def test_scorer_deficit_bucket_excludes_other_buckets() -> None:
 def test_scorer_forces_least_for_negative_headroom() -> None:
     """scorer: with strategy most and all pods negative, the smallest deficit still wins."""
     pods = [pod("a"), pod("b")]
-    scores, _ = scored(pods, [600, 900], policy=Policy(strategy="most"))
+    scores, _ = scored(pods, [600, 900], policy=SchedulingPolicy(strategy="most"))
     assert scores == pytest.approx({"a": 1.01, "b": 0.01})
 
 
@@ -162,15 +162,17 @@ def test_composite_fallback_exact_values() -> None:
 
 
 def test_composite_fallback_no_queue_anywhere_counts_as_full_relative_queue() -> None:
-    out = composite_scores(np.array([0.5]), np.array([0.0]), np.array([0.0]), Policy())
+    out = composite_scores(np.array([0.5]), np.array([0.0]), np.array([0.0]), SchedulingPolicy())
     assert out.tolist() == pytest.approx([0.5])  # (0.5 + 1 + 0) / 3
 
 
 def test_composite_fallback_uses_policy_weights_and_zero_weights_mean_kv_only() -> None:
     kv, q, pre = np.array([0.25]), np.array([2.0]), np.array([1.0])
-    only_prefix = Policy(fallback_kv_weight=0, fallback_queue_weight=0, fallback_prefix_weight=1)
+    only_prefix = SchedulingPolicy(
+        fallback_kv_weight=0, fallback_queue_weight=0, fallback_prefix_weight=1
+    )
     assert composite_scores(kv, q, pre, only_prefix).tolist() == [1.0]
-    none = Policy(fallback_kv_weight=0, fallback_queue_weight=0, fallback_prefix_weight=0)
+    none = SchedulingPolicy(fallback_kv_weight=0, fallback_queue_weight=0, fallback_prefix_weight=0)
     assert composite_scores(kv, q, pre, none).tolist() == [0.75]
 
 
@@ -179,4 +181,4 @@ def test_go_round_is_half_away_from_zero() -> None:
 
 
 def test_default_tpot_weight_is_exactly_upstreams() -> None:
-    assert Policy().tpot_weight == 0.2
+    assert SchedulingPolicy().tpot_weight == 0.2

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.gpu import load_profile
-from backend.sim.policies import make_policy
 from backend.sim.pool import build_pool
-from backend.sim.router import Slo
+from backend.sim.routers import make_policy
 from backend.sim.server import Done, Outcome, Server
 from backend.sim.traces import load_trace
+from backend.sim.view import Slo
 
 SLO = Slo(2000.0, 100.0)
 

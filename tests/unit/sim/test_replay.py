@@ -11,9 +11,9 @@ from backend.samples.schemas import TrainingEntry
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.gpu import load_profile
-from backend.sim.policies import make_policy
 from backend.sim.pool import build_pool
 from backend.sim.replay import DEFAULT_SLO, Observation, ReplaySpec, TraceReplay
+from backend.sim.routers import make_policy
 from backend.sim.traces import load_trace
 
 H100 = "h100-llama2-7b"

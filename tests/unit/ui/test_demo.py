@@ -22,7 +22,7 @@ from backend.pools.service import ensure_default_pool
 from backend.predictor.serving import ModelStore
 from backend.registry.locks import LocalLocks
 from backend.registry.trainer import Trainer
-from backend.samples.models import Sample, Target
+from backend.samples.models import Sample, TargetCode
 from backend.scheduling.types import TransferConfig
 from backend.settings import Settings, UISettings
 from backend.sim.replay import Observation, TraceReplay
@@ -53,7 +53,7 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
     engine.dispose()
 
 
-def _samples(runtime: Runtime, pool: str, target: Target, after: int = 0) -> list[Sample]:
+def _samples(runtime: Runtime, pool: str, target: TargetCode, after: int = 0) -> list[Sample]:
     pool_id = runtime.pools.cached(pool)
     with runtime.sessions() as session:
         return list(
@@ -87,7 +87,7 @@ def test_the_feeder_ingests_the_trace_replay_tick_by_tick(runtime: Runtime) -> N
         assert replay.elapsed_s == pytest.approx(8 * demo.speed)  # in step with the ticks
         expected = _expected(demo, feeder.seed, 8)
         trace = load_trace(demo.replay.trace).scaled(demo.replay.load)
-        for target in (Target.TTFT, Target.TPOT):
+        for target in (TargetCode.TTFT, TargetCode.TPOT):
             want = [o for o in expected if o.target == target.label]
             rows = _samples(runtime, demo.name, target)
             # Exactly the replay's observations, in the order the router made them...
@@ -104,7 +104,7 @@ def test_the_feeder_ingests_the_trace_replay_tick_by_tick(runtime: Runtime) -> N
         arrived = int((trace.arrival_s <= replay.elapsed_s).sum())
         rids = sorted(o.rid for o in expected if o.target == "ttft")
         assert rids[0] == 0 and rids[-1] < arrived and len(rids) > 0.8 * arrived
-        assert {r.pod for r in _samples(runtime, demo.name, Target.TTFT)} == {
+        assert {r.pod for r in _samples(runtime, demo.name, TargetCode.TTFT)} == {
             f"{demo.replay.pod_prefix}-{i}" for i in range(demo.replay.pods)
         }
 
@@ -123,7 +123,9 @@ def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) ->
     for pool, _ in DEMO_POOLS:  # served at once (the embedded notifier refreshes the store)
         assert runtime.store.get(pool, "ttft") is not None
         assert runtime.store.get(pool, "tpot") is not None
-    seen = {pool: max(s.id for s in _samples(runtime, pool, Target.TTFT)) for pool, _ in DEMO_POOLS}
+    seen = {
+        pool: max(s.id for s in _samples(runtime, pool, TargetCode.TTFT)) for pool, _ in DEMO_POOLS
+    }
     routers = {}
     for pool, _ in DEMO_POOLS:
         router = feeder.replays[pool].recorder.inner
@@ -139,11 +141,11 @@ def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) ->
         assert router.decisions - decisions > 50
         assert router.fallbacks == fallbacks
         # ...and the samples carry those predictions: the Models page's live error.
-        fresh = _samples(runtime, pool, Target.TTFT, seen[pool])
+        fresh = _samples(runtime, pool, TargetCode.TTFT, seen[pool])
         with_prediction = [s for s in fresh if s.predicted_ms is not None]
         assert len(with_prediction) > 0.8 * len(fresh) > 40
         assert all(math.isfinite(s.predicted_ms or math.nan) for s in with_prediction)
-    h100 = _samples(runtime, "h100", Target.TPOT)
+    h100 = _samples(runtime, "h100", TargetCode.TPOT)
     assert any(s.predicted_ms is not None for s in h100)
 
 

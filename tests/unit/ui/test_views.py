@@ -15,7 +15,7 @@ from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.pools.models import Pool
 from backend.pools.service import ensure_default_pool, get_pool
 from backend.registry.models import ActiveModel, ModelVersion
-from backend.samples.models import Target
+from backend.samples.models import TargetCode
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
 from backend.samples.window import WindowSpec
@@ -51,7 +51,7 @@ def _version(
     at = datetime.now(UTC) - timedelta(seconds=age_s)
     version = ModelVersion(
         pool_id=1,
-        target=int(Target.TTFT),
+        target=int(TargetCode.TTFT),
         kind="hybrid",
         objective="mean",
         quantile=0.9,
@@ -73,7 +73,7 @@ def _version(
         session.add(
             ActiveModel(
                 pool_id=1,
-                target=int(Target.TTFT),
+                target=int(TargetCode.TTFT),
                 version_id=version.id,
                 activated_at=at,
                 activated_by="test",
@@ -143,7 +143,7 @@ def test_the_held_out_sample_takes_both_targets_alike(session: Session) -> None:
     session.commit()
     from backend.registry.service import read_held_out
 
-    for target in Target:
+    for target in TargetCode:
         everything = read_held_out(session, 1, target).n
         sampled = read_held_out(session, 1, target, one_in=4).n
         assert everything == 4000

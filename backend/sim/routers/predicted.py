@@ -16,22 +16,22 @@ from typing import Any, Literal
 import numpy as np
 
 from backend.predictor.features import POD_TYPE_CODES
-from backend.predictor.models import Kind, TrainParams
+from backend.predictor.regressors import Kind, TrainParams
 from backend.scheduling import Candidate, SchedulingRequest, TransferModel, schedule
-from backend.scheduling.types import Distance, Policy
+from backend.scheduling.types import Distance, SchedulingPolicy
 from backend.sim.online import OnlinePredictor, columns
-from backend.sim.policies.base import Route, RoutingPolicy, Row
-from backend.sim.policies.prefix_index import ApproxPrefixIndex
-from backend.sim.router import RouterView
+from backend.sim.routers.base import Route, RoutingPolicy, Row
+from backend.sim.routers.prefix_index import ApproxPrefixIndex
 from backend.sim.server import Request
 from backend.sim.traces.loader import UNIT_TOKENS
+from backend.sim.view import RouterView
 
 LIVE_BIN_S = 60.0
 
 
 @dataclass(frozen=True)
 class PredictedConfig:
-    policy: Policy = field(default_factory=Policy)
+    policy: SchedulingPolicy = field(default_factory=SchedulingPolicy)
     kind: Kind = "hybrid"
     params: TrainParams | None = None
     prefix: Literal["approx", "precise"] = "approx"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.sim.policies.base import RoutingPolicy, pick_best
+from backend.sim.routers.base import RoutingPolicy, pick_best
 from backend.sim.server import Request
 
 

@@ -10,9 +10,9 @@ from starlette.concurrency import run_in_threadpool
 
 from backend.deps import Runtime
 from backend.errors import validate_body
+from backend.prediction.schemas import columns
 from backend.predictor.serving import ModelStore, Predictions, predict_both
 from backend.samples.schemas import Features
-from backend.serving.schemas import columns
 
 M = TypeVar("M", bound=BaseModel)
 

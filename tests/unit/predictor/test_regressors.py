@@ -14,7 +14,7 @@ from backend.predictor.features import (
     feature_matrix,
     ttft_features,
 )
-from backend.predictor.models import (
+from backend.predictor.regressors import (
     HybridModel,
     LatencyModel,
     TrainParams,

@@ -21,7 +21,7 @@ import math
 from typing import Final
 
 from backend.scheduling.transfer import distance
-from backend.sim.policies.base import Route, RoutingPolicy
+from backend.sim.routers.base import Route, RoutingPolicy
 from backend.sim.server import Request, Seq, Server
 from backend.sim.traces.loader import UNIT_TOKENS
 

@@ -40,10 +40,10 @@ from backend.predictor.artifacts import (
 )
 
 Kind = Literal["hybrid", "xgboost"]
-Objective = Literal["mean", "quantile"]
+LossObjective = Literal["mean", "quantile"]
 FloatArray = npt.NDArray[np.float32]
 KINDS: Final[tuple[Kind, ...]] = ("hybrid", "xgboost")
-OBJECTIVES: Final[tuple[Objective, ...]] = ("mean", "quantile")
+OBJECTIVES: Final[tuple[LossObjective, ...]] = ("mean", "quantile")
 ARTIFACT_FORMAT: Final = "headroom.latency-model"
 
 
@@ -109,7 +109,7 @@ class LatencyModel(ABC):
         self,
         feature_names: Sequence[str],
         *,
-        objective: Objective = "mean",
+        objective: LossObjective = "mean",
         quantile: float = 0.9,
         params: TrainParams | None = None,
     ) -> None:
@@ -118,7 +118,7 @@ class LatencyModel(ABC):
         if not 0.0 < quantile < 1.0:
             raise ValueError(f"quantile must be in (0, 1), got {quantile}")
         self.feature_names: tuple[str, ...] = tuple(feature_names)
-        self.objective: Objective = objective
+        self.objective: LossObjective = objective
         self.quantile = float(quantile)
         self.params = params or default_params(self.kind)
         self._booster: xgb.Booster | None = None
@@ -288,7 +288,7 @@ class HybridModel(LatencyModel):
         feature_names: Sequence[str],
         *,
         base_features: Sequence[str] | None = None,
-        objective: Objective = "mean",
+        objective: LossObjective = "mean",
         quantile: float = 0.9,
         params: TrainParams | None = None,
     ) -> None:
@@ -378,7 +378,7 @@ def make_model(
     feature_names: Sequence[str],
     *,
     base_features: Sequence[str] | None = None,
-    objective: Objective = "mean",
+    objective: LossObjective = "mean",
     quantile: float = 0.9,
     params: TrainParams | None = None,
 ) -> LatencyModel:

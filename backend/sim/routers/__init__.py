@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from backend.predictor.models import TrainParams
-from backend.scheduling.types import Policy, TransferConfig
-from backend.sim.policies.base import Route, RoutingPolicy
-from backend.sim.policies.heuristic import DynamoKv, LoadPrefix, SglangCacheAware
-from backend.sim.policies.oracle import Oracle
-from backend.sim.policies.predicted import PredictedConfig, PredictedLatency
-from backend.sim.policies.simple import LeastRequest, RoundRobin
+from backend.predictor.regressors import TrainParams
+from backend.scheduling.types import SchedulingPolicy, TransferConfig
+from backend.sim.routers.base import Route, RoutingPolicy
+from backend.sim.routers.heuristic import DynamoKv, LoadPrefix, SglangCacheAware
+from backend.sim.routers.oracle import Oracle
+from backend.sim.routers.predicted import PredictedConfig, PredictedLatency
+from backend.sim.routers.simple import LeastRequest, RoundRobin
 
 LLMD_PREDICTED = "llm-d-predicted"
 LLMD_ROUTING = "llm-d-predicted-routing"
@@ -41,7 +41,7 @@ OURS_PREDICTED = (
 
 def upstream_config(transfer: TransferConfig) -> PredictedConfig:
     return PredictedConfig(
-        policy=Policy(transfer=transfer),
+        policy=SchedulingPolicy(transfer=transfer),
         kind="xgboost",
         params=TrainParams.upstream(),
         prefix="approx",
@@ -52,7 +52,7 @@ def upstream_config(transfer: TransferConfig) -> PredictedConfig:
 
 def upstream_routing_config(transfer: TransferConfig) -> PredictedConfig:
     return PredictedConfig(
-        policy=Policy(mode="routing", transfer=transfer),
+        policy=SchedulingPolicy(mode="routing", transfer=transfer),
         kind="xgboost",
         params=TrainParams.upstream(),
         prefix="approx",
@@ -67,7 +67,7 @@ def ours_config(transfer: TransferConfig, pd_selection: str = "joint") -> Predic
     5-10 points of SLO attainment on the Mooncake trace near saturation; best fit beat the
     lottery on TTFT p90; KV-event prefix scores edged out the approximate index."""
     return PredictedConfig(
-        policy=Policy(
+        policy=SchedulingPolicy(
             picker="best_fit",
             strategy="most",
             pd_selection="joint" if pd_selection == "joint" else "greedy",

@@ -5,8 +5,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from backend.auth.deps import scope
 from backend.deps import RuntimeDep
 from backend.pools.models import DEFAULT_POOL
-from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
-from backend.serving.schemas import (
+from backend.prediction.schemas import (
     BulkPredictionRequest,
     BulkPredictResponse,
     ModelRef,
@@ -14,7 +13,8 @@ from backend.serving.schemas import (
     PredictionRequest,
     PredictResponse,
 )
-from backend.serving.service import ensure_known_async, openapi_body, parse_body, predict_rows
+from backend.prediction.service import ensure_known_async, openapi_body, parse_body, predict_rows
+from backend.predictor.serving import ModelsNotReady, Predictions, ServedModel
 
 router = APIRouter(prefix="/v1", tags=["predict"], dependencies=[Depends(scope("predict"))])
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from backend.sim.kvcache import BLOCK_TOKENS
-from backend.sim.policies.base import Route, RoutingPolicy, pick_best
-from backend.sim.policies.prefix_index import ApproxPrefixIndex, SglangTree
-from backend.sim.router import RouterView
+from backend.sim.routers.base import Route, RoutingPolicy, pick_best
+from backend.sim.routers.prefix_index import ApproxPrefixIndex, SglangTree
 from backend.sim.server import Request
 from backend.sim.traces.loader import UNIT_TOKENS
+from backend.sim.view import RouterView
 
 
 class LoadPrefix(RoutingPolicy):

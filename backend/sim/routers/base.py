@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.scheduling.types import Distance
-from backend.sim.router import RouterView
 from backend.sim.server import Request
 from backend.sim.traces.loader import UNIT_TOKENS
+from backend.sim.view import RouterView
 
 Row = tuple[float, ...]
 
