@@ -114,15 +114,17 @@ def user_create(
     ),
 ) -> None:
     """Create a user (the first one is usually an admin)."""
-    from backend.auth.service import UserExists, create_user
-    from backend.db import make_engine, make_sessionmaker, unit_of_work
+    from backend.auth.service import add_user
+    from backend.db import make_engine, make_sessionmaker
+    from backend.exceptions import AppError, Invalid
 
     sessions = make_sessionmaker(make_engine(get_settings().database_url))
     try:
-        with unit_of_work(sessions) as session:
-            create_user(session, username, password, role)  # type: ignore[arg-type]
-    except (UserExists, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from None
+        with sessions() as session:
+            add_user(session, username, password, role)
+    except AppError as exc:
+        field = exc.field if isinstance(exc, Invalid) and exc.field else "username"
+        raise typer.BadParameter(exc.detail, param_hint=field) from None
     console.print(f"user {username} ({role}) created")
 
 
@@ -133,21 +135,19 @@ def user_token(
     scopes: str = typer.Option("admin", help="Comma-separated: ingest, predict, admin."),
 ) -> None:
     """Create an API token for USERNAME; it is printed once and stored only as a hash."""
-    from sqlalchemy import select
-
-    from backend.auth.models import User
-    from backend.auth.service import create_token
-    from backend.db import make_engine, make_sessionmaker, unit_of_work
+    from backend.auth.service import is_valid_username, issue_token, user_by_name
+    from backend.db import make_engine, make_sessionmaker
+    from backend.exceptions import AppError
 
     sessions = make_sessionmaker(make_engine(get_settings().database_url))
-    with unit_of_work(sessions) as session:
-        user = session.scalar(select(User).where(User.username == username))
+    with sessions() as session:
+        user = user_by_name(session, username) if is_valid_username(username) else None
         if user is None:
-            raise typer.BadParameter(f"no user {username!r}")
+            raise typer.BadParameter(f"no user {username!r}", param_hint="username")
         try:
-            _, clear = create_token(session, user, name, scopes.split(","))
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc)) from None
+            _, clear = issue_token(session, user, name, scopes.split(","))
+        except AppError as exc:
+            raise typer.BadParameter(exc.detail) from None
     typer.echo(clear)
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backend.pools.service import PoolExists, PoolNotFound
+from backend.exceptions import AppError, Conflict, Invalid
 from backend.telemetry import Telemetry
 
 log = logging.getLogger("headroom.errors")
@@ -82,12 +82,27 @@ async def _on_database_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _on_pool_not_found(_: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse(status_code=404, content={"detail": str(exc)})
+def app_error_body(exc: AppError) -> dict[str, Any]:
+    """An AppError in the one error shape: a 409 about a versioned record carries its current
+    version, an invalid field is listed like a validation error."""
+    body: dict[str, Any] = {"detail": exc.detail}
+    if isinstance(exc, Conflict) and exc.current_version is not None:
+        body["current_version"] = exc.current_version
+    if isinstance(exc, Invalid) and exc.field is not None:
+        body["errors"] = [
+            {"index": None, "field": exc.field, "path": exc.field, "message": exc.detail}
+        ]
+    return body
 
 
-async def _on_pool_exists(_: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse(status_code=409, content={"detail": str(exc)})
+async def _on_app_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    return JSONResponse(status_code=exc.status_code, content=app_error_body(exc))
+
+
+def server_error_response() -> JSONResponse:
+    """The answer to a bug: the one error shape, without internals (they go to the log)."""
+    return JSONResponse(status_code=500, content={"detail": "internal error; it has been logged"})
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -123,6 +138,7 @@ class ErrorBody(BaseModel):
 
     detail: str
     errors: list[dict[str, Any]] | None = None
+    current_version: int | None = None
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -132,7 +148,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "A bearer token is required or invalid."),
         (403, "The token's role or scopes do not allow this."),
         (404, "Unknown pool or record."),
-        (409, "Already exists."),
+        (409, "Already exists, or changed since `base_version` (see `current_version`)."),
         (413, "Request body too large."),
         (422, "Invalid input; nothing of it was stored."),
         (503, "Not ready (no model yet) or the database is unavailable."),
@@ -142,11 +158,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation_error)
-    app.add_exception_handler(PoolNotFound, _on_pool_not_found)
+    app.add_exception_handler(AppError, _on_app_error)
     app.add_exception_handler(OperationalError, _on_database_error)
     app.add_exception_handler(InterfaceError, _on_database_error)
     app.add_exception_handler(StorageUnavailable, _on_database_error)
-    app.add_exception_handler(PoolExists, _on_pool_exists)
 
 
 class _BodyTooLarge(HTTPException):

@@ -11,6 +11,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backend.errors import server_error_response
 from backend.telemetry import Telemetry
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -52,6 +53,7 @@ def configure(level: str) -> None:
 
 
 access = logging.getLogger("headroom.access")
+unhandled = logging.getLogger("headroom.errors")
 
 
 class RequestContext:
@@ -71,17 +73,26 @@ class RequestContext:
         token = request_id.set(rid)
         status = 500
         started = time.perf_counter()
+        responded = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, responded
             if message["type"] == "http.response.start":
                 status = message["status"]
+                responded = True
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception:
+            # A bug, answered here rather than by the server: the 500 keeps the request id (to
+            # find the logged traceback) and the connection stays open (uvicorn closes a
+            # keep-alive connection when the application raises).
+            unhandled.exception("unhandled error in %s %s", scope["method"], scope["path"])
+            if not responded:
+                await server_error_response()(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")

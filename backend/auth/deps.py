@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from backend.auth.service import LOCAL_ACTOR, Actor, Scope
 from backend.deps import RuntimeDep
+from backend.exceptions import Forbidden
 
 _BEARER = {"WWW-Authenticate": "Bearer"}
 
@@ -47,9 +48,9 @@ ActorDep = Annotated[Actor, Depends(current_actor)]
 async def editor(actor: ActorDep) -> Actor:
     """Control-plane writes: an editor or admin, through a token with the admin scope."""
     if not actor.can_edit:
-        raise HTTPException(403, f"{actor.name} is a {actor.role}; editing needs editor or admin")
+        raise Forbidden(f"{actor.name} is a {actor.role}; editing needs editor or admin")
     if "admin" not in actor.scopes:
-        raise HTTPException(403, "this token lacks the admin scope that control-plane writes need")
+        raise Forbidden("this token lacks the admin scope that control-plane writes need")
     return actor
 
 
@@ -66,7 +67,7 @@ def scope(needed: Scope, *, upstream: bool = False) -> Callable[..., Awaitable[A
             return LOCAL_ACTOR
         actor = await current_actor(request, runtime)
         if needed not in actor.scopes and "admin" not in actor.scopes:
-            raise HTTPException(403, f"this token lacks the {needed} scope")
+            raise Forbidden(f"this token lacks the {needed} scope")
         return actor
 
     return check

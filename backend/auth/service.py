@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from backend.auth.models import ApiToken, UiSession, User
+from backend.exceptions import Conflict, Invalid, NotFound
+from backend.transactions import write
 
 Role = Literal["viewer", "editor", "admin"]
 Scope = Literal["ingest", "predict", "admin"]
@@ -42,21 +45,62 @@ class Actor:
 LOCAL_ACTOR = Actor("local", "admin", frozenset(SCOPES))
 
 
-class UserExists(ValueError):
+class UserExists(Conflict):
     pass
 
 
-def create_user(session: Session, username: str, password: str, role: Role) -> User:
+# The one rule for user names (console, CLI, demo): they are shown in pages, audit trails and
+# the EPP config export's comments, so only letters, digits and a few separators, and no
+# longer than the `users.username` column.
+USERNAME_MAX = 63
+_USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+USERNAME_RULE = (
+    f"1 to {USERNAME_MAX} letters, digits, '-', '_' or '.' (starting with a letter or digit)."
+)
+PASSWORD_MIN = 8
+
+
+def is_valid_username(username: str) -> bool:
+    return len(username) <= USERNAME_MAX and _USERNAME.fullmatch(username) is not None
+
+
+def validate_username(username: str) -> str:
+    if not is_valid_username(username):
+        raise Invalid(USERNAME_RULE, field="username")
+    return username
+
+
+def _validate_password(password: str) -> str:
+    if len(password) < PASSWORD_MIN:
+        raise Invalid(f"At least {PASSWORD_MIN} characters.", field="password")
+    if "\x00" in password:
+        raise Invalid("No NUL characters.", field="password")
+    return password
+
+
+def _validate_role(role: str) -> Role:
     if role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}")
-    if len(password) < 8:
-        raise ValueError("password must have at least 8 characters")
+        raise Invalid(f"One of {', '.join(ROLES)}.", field="role")
+    return role
+
+
+def create_user(session: Session, username: str, password: str, role: str) -> User:
+    """A new user (flushed, not committed); Invalid names the field that is wrong."""
+    validate_username(username)
+    _validate_password(password)
+    _validate_role(role)
     if session.scalar(select(User.id).where(User.username == username)) is not None:
         raise UserExists(f"user {username!r} already exists")
     user = User(username=username, password_hash=_hasher.hash(password), role=role)
     session.add(user)
     session.flush()
     return user
+
+
+def add_user(session: Session, username: str, password: str, role: str) -> User:
+    """Create a user, committed (the console's Admin page and `headroom user create`)."""
+    with write(session, conflict=f"user {username!r} already exists"):
+        return create_user(session, username, password, role)
 
 
 def verify_password(session: Session, username: str, password: str) -> User | None:
@@ -81,7 +125,11 @@ def create_token(
     """A new token; the clear text is returned here and never again."""
     unknown = set(scopes) - set(SCOPES)
     if unknown or not scopes:
-        raise ValueError(f"scopes must be a non-empty subset of {SCOPES}")
+        raise Invalid(f"Choose at least one of {', '.join(SCOPES)}.", field="scopes")
+    if not name or len(name) > 100 or not name.isprintable():
+        raise Invalid(
+            "A label of 1 to 100 printable characters, to recognise the token by.", field="name"
+        )
     clear = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken(
         user_id=user.id,
@@ -112,10 +160,6 @@ def actor_for_token(session: Session, clear: str) -> Actor | None:
 # Used by the console's Admin page (and demo mode).
 
 
-class NotFound(LookupError):
-    pass
-
-
 def count_users(session: Session) -> int:
     return int(session.scalar(select(func.count()).select_from(User)) or 0)
 
@@ -135,10 +179,8 @@ def user_by_name(session: Session, username: str) -> User | None:
     return session.scalar(select(User).where(User.username == username))
 
 
-def set_role(session: Session, user: User, role: Role) -> User:
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {ROLES}")
-    user.role = role
+def set_role(session: Session, user: User, role: str) -> User:
+    user.role = _validate_role(role)
     session.flush()
     return user
 
@@ -158,9 +200,7 @@ def set_disabled(session: Session, user: User, disabled: bool) -> User:
 def set_password(session: Session, user: User, password: str) -> User:
     """A new password ends every console session of the user: whoever signed in with the old
     one (or copied a cookie) is out, wherever the change was made (console, CLI, demo start)."""
-    if len(password) < 8:
-        raise ValueError("password must have at least 8 characters")
-    user.password_hash = _hasher.hash(password)
+    user.password_hash = _hasher.hash(_validate_password(password))
     end_user_sessions(session, user.id)
     session.flush()
     return user
@@ -170,6 +210,29 @@ def end_user_sessions(session: Session, user_id: int) -> int:
     """Delete every console session of a user (sign out everywhere); how many there were."""
     result = session.execute(delete(UiSession).where(UiSession.user_id == user_id))
     return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def change_user(session: Session, user_id: int, action: str, role: str, actor: Actor) -> str:
+    """An admin's change to a user (role, disable, enable), committed; what was done."""
+    with write(session):
+        user = get_user(session, user_id)
+        if user.username == actor.name and action in ("role", "disable"):
+            # The last admin locking themselves out needs a shell to undo; refuse it here.
+            raise Conflict("You cannot change your own role or disable yourself.")
+        if action == "role":
+            set_role(session, user, role)
+            return f"{user.username} is now a {role}."
+        if action in ("disable", "enable"):
+            set_disabled(session, user, action == "disable")
+            return f"{user.username} {action}d."
+        raise Invalid("action: role, disable or enable", field="action")
+
+
+def sign_out_everywhere(session: Session, user_id: int) -> tuple[User, int]:
+    """End every console session of a user, committed; the user and how many there were."""
+    with write(session):
+        user = get_user(session, user_id)
+        return user, end_user_sessions(session, user.id)
 
 
 def list_tokens(session: Session) -> Sequence[tuple[ApiToken, str]]:
@@ -182,11 +245,17 @@ def list_tokens(session: Session) -> Sequence[tuple[ApiToken, str]]:
     return [(token, username) for token, username in rows]
 
 
+def issue_token(session: Session, user: User, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
+    """A new token, committed; the clear text is returned here and never again."""
+    with write(session):
+        return create_token(session, user, name, scopes)
+
+
 def revoke_token(session: Session, token_id: int) -> ApiToken:
-    token = session.get(ApiToken, token_id)
-    if token is None:
-        raise NotFound(f"token {token_id} not found")
-    if token.revoked_at is None:
-        token.revoked_at = datetime.now(UTC)
-        session.flush()
+    with write(session):
+        token = session.get(ApiToken, token_id, with_for_update=True)
+        if token is None:
+            raise NotFound(f"token {token_id} not found")
+        if token.revoked_at is None:
+            token.revoked_at = datetime.now(UTC)
     return token

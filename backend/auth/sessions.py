@@ -24,9 +24,20 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from backend.auth.models import UiSession, User
-from backend.auth.service import Actor
-from backend.auth.throttle import ADDRESS_WIDTH, purge_failures
+from backend.auth.service import Actor, is_valid_username, set_password, verify_password
+from backend.auth.throttle import (
+    ADDRESS_WIDTH,
+    Lockout,
+    SignInLimits,
+    clear_failures,
+    lockout,
+    one_at_a_time,
+    purge_failures,
+    record_failure,
+)
+from backend.exceptions import Invalid
 from backend.settings import Settings
+from backend.transactions import write
 
 COOKIE_NAME = "headroom_session"
 # The cookie key holding the session id (cookies of earlier releases have none: signed out).
@@ -198,3 +209,74 @@ def purge_expired(db: Session, now: datetime, settings: Settings) -> tuple[int, 
 def actor_of(user: User) -> Actor:
     # Console users act through their role; token scopes belong to the data plane.
     return Actor(user.username, user.role, frozenset())  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class SignInResult:
+    """A signed-in user, or why not: `lockout` (429) or a wrong name or password (401)."""
+
+    user: User | None
+    lockout: Lockout | None = None
+
+
+def attempt_sign_in(
+    db: Session,
+    cookie: MutableMapping[str, Any],
+    username: str,
+    password: str,
+    *,
+    now: datetime,
+    limits: SignInLimits,
+    max_age_s: int,
+    client: Client,
+) -> SignInResult:
+    """The console's sign-in, one unit of work: the limit is checked, the password verified and
+    the failure recorded while no other attempt on the same name can run (`one_at_a_time`), so
+    a simultaneous burst reaches the password check at most `limits.per_user` times."""
+    address = client.ip or "unknown"
+    # A name no user can have (a NUL byte, a newline, too long) is never looked up or recorded:
+    # only the address's limit applies to it.
+    valid = is_valid_username(username)
+    key = username if valid else ""
+    with one_at_a_time(db, key), write(db):
+        # Before the password is looked at: while locked, a right guess and a wrong one get
+        # the same answer, and no argon2 verification is spent.
+        locked = lockout(db, key, address, now, limits)
+        if locked is not None:
+            return SignInResult(None, locked)
+        if not valid or not password:
+            # Not a guess at a real account (the form requires both): nothing to count.
+            return SignInResult(None)
+        user = verify_password(db, username, password)
+        if user is None:
+            record_failure(db, username, address, now)
+            return SignInResult(None)
+        clear_failures(db, username)
+        sign_in(db, cookie, user, now=now, max_age_s=max_age_s, client=client)
+        return SignInResult(user)
+
+
+def change_password(
+    db: Session,
+    cookie: MutableMapping[str, Any],
+    user: User,
+    current: str,
+    new: str,
+    *,
+    now: datetime,
+    max_age_s: int,
+    client: Client,
+) -> None:
+    """The signed-in user's own change: with the current password right, every console session
+    of the user ends (a copied cookie, another browser) and this one starts afresh."""
+    with write(db):
+        if verify_password(db, user.username, current) is None:
+            raise Invalid("The current password is wrong.", field="current_password")
+        set_password(db, user, new)
+        sign_in(db, cookie, user, now=now, max_age_s=max_age_s, client=client)
+
+
+def end_session(db: Session, cookie: MutableMapping[str, Any]) -> None:
+    """Sign out, committed."""
+    with write(db):
+        sign_out(db, cookie)

@@ -6,18 +6,27 @@ locked, and the (deliberately expensive) argon2 verification is not spent on a f
 
 A refused attempt is not recorded: the lock lifts `window` after the failures that caused it,
 however often someone keeps trying meanwhile, and the table grows by at most the limits per
-window and key. Checking and recording are not one atomic step, so replicas answering a
-simultaneous burst can let a few more guesses through than the limit (at most about one per
-replica); the limits stay orders of magnitude below what guessing a password needs.
+window and key.
+
+Checking, verifying and recording are one atomic step per username (`one_at_a_time`): on
+PostgreSQL a transaction-scoped advisory lock on the name, held until the attempt's commit, so
+that a simultaneous burst on every replica reaches the password check at most `per_user`
+times; on SQLite (the embedded mode: one process) a lock of the process. Attempts on different
+names from one address are not serialized (an office behind one address must not queue), so
+the per-address limit can be passed by a few during a simultaneous burst.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, delete, select
+from sqlalchemy import ColumnElement, delete, func, select
 from sqlalchemy.orm import Session
 
 from backend.auth.models import SignInFailure
@@ -58,6 +67,27 @@ class Lockout:
     def message(self) -> str:
         unit = "minute" if self.minutes == 1 else "minutes"
         return f"Too many failed sign-ins; try again in {self.minutes} {unit}."
+
+
+# SQLite: a fixed set of locks shared by hashing the name, so that a spray of names cannot grow
+# a table of locks without bound.
+_LOCAL_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+@contextmanager
+def one_at_a_time(db: Session, username: str) -> Iterator[None]:
+    """Sign-in attempts for `username` take turns until the attempt's transaction ends.
+
+    The caller commits inside the block; on PostgreSQL the lock is the transaction's and ends
+    with it, on SQLite the block holds the process's lock until the commit is done.
+    """
+    if db.get_bind().dialect.name == "postgresql":
+        key = f"headroom:sign-in:{_username(username)}"
+        db.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+        yield
+        return
+    with _LOCAL_LOCKS[zlib.crc32(username.encode()) % len(_LOCAL_LOCKS)]:
+        yield
 
 
 def _username(value: str) -> str:

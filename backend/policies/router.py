@@ -2,16 +2,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, HTTPException, Query, Response, status
+from fastapi import APIRouter, Body, Query, Response, status
 from pydantic import BaseModel, Field, ValidationError
 
 from backend.auth.deps import ActorDep, EditorDep
 from backend.deps import IdPath, RuntimeDep, SessionDep
 from backend.errors import as_request_error, validate_body
 from backend.policies import service
-from backend.policies.mapping import to_scheduling
 from backend.policies.models import Objective, Policy
 from backend.policies.schemas import (
+    BASE_VERSION,
     ObjectiveCreate,
     ObjectiveRead,
     ObjectiveUpdate,
@@ -23,7 +23,6 @@ from backend.policies.schemas import (
 )
 from backend.prediction.service import openapi_body
 from backend.registry.service import pool_names
-from backend.scheduling.epp_config import epp_config_yaml, headroom_only
 
 router = APIRouter(tags=["policies"])
 
@@ -37,13 +36,6 @@ def _read(policy: Policy, names: dict[int, str]) -> PolicyRead:
         updated_at=policy.updated_at,
         updated_by=policy.updated_by,
     )
-
-
-def _policy(session: SessionDep, policy_id: int) -> Policy:
-    try:
-        return service.get_policy(session, policy_id)
-    except service.NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
 
 
 @router.get("/v1/policies", response_model=list[PolicyRead])
@@ -60,18 +52,13 @@ def create_policy(
     """Give a pool its policy; fields left out take upstream's defaults."""
     pool_id = runtime.pools.resolve(session, body.pool)
     spec = PolicySpec.model_validate(body.model_dump(exclude={"pool"}))
-    try:
-        policy = service.create_policy(session, pool_id, spec, actor.name)
-    except service.Conflict as exc:
-        raise HTTPException(409, str(exc)) from None
-    session.commit()
-    runtime.policy_cache.invalidate()
+    policy = service.add_policy(session, runtime.policy_cache, pool_id, spec, actor)
     return _read(policy, pool_names(session))
 
 
 @router.get("/v1/policies/{policy_id}", response_model=PolicyRead)
 def get_policy(policy_id: IdPath, session: SessionDep, _: ActorDep) -> PolicyRead:
-    return _read(_policy(session, policy_id), pool_names(session))
+    return _read(service.get_policy(session, policy_id), pool_names(session))
 
 
 @router.put(
@@ -88,23 +75,24 @@ def update_policy(
 ) -> PolicyRead:
     """Change the fields given (the rest stay); a change makes a new version in the history.
 
-    Send `null` for an SLO default to remove it.
+    Send `null` for an SLO default to remove it. With `base_version`, the change is refused
+    (409, with `current_version`) if someone changed the policy since that version.
     """
     fields = validate_body(PolicyUpdate, body).model_dump(exclude_unset=True)
-    policy = _policy(session, policy_id)
+    base_version = fields.pop("base_version", None)
     try:
-        service.update_policy(session, policy, fields, actor)
+        policy = service.edit_policy(
+            session, runtime.policy_cache, policy_id, fields, actor, base_version
+        )
     except ValidationError as exc:  # e.g. null for a field that must have a value
         raise as_request_error(exc) from None
-    session.commit()
-    runtime.policy_cache.invalidate()
     return _read(policy, pool_names(session))
 
 
 @router.get("/v1/policies/{policy_id}/history", response_model=list[PolicyChange])
 def policy_history(policy_id: IdPath, session: SessionDep, _: ActorDep) -> list[PolicyChange]:
     """Every version, newest first: who, when, and each changed field's old and new value."""
-    policy = _policy(session, policy_id)
+    policy = service.get_policy(session, policy_id)
     return [
         PolicyChange(
             version=v.version,
@@ -119,7 +107,8 @@ def policy_history(policy_id: IdPath, session: SessionDep, _: ActorDep) -> list[
 
 
 class RestoreRequest(BaseModel):
-    version: int = Field(ge=1, description="The version to make current again.")
+    version: int = Field(ge=1, le=2**31 - 1, description="The version to make current again.")
+    base_version: int | None = BASE_VERSION
 
 
 @router.post("/v1/policies/{policy_id}/restore", response_model=PolicyRead)
@@ -131,13 +120,9 @@ def restore_policy(
     actor: EditorDep,
 ) -> PolicyRead:
     """Make an earlier version current again; recorded as a new version."""
-    policy = _policy(session, policy_id)
-    try:
-        service.restore(session, policy, body.version, actor)
-    except service.NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    session.commit()
-    runtime.policy_cache.invalidate()
+    policy = service.restore_policy(
+        session, runtime.policy_cache, policy_id, body.version, actor, body.base_version
+    )
     return _read(policy, pool_names(session))
 
 
@@ -174,25 +159,13 @@ def create_objective(
     body: ObjectiveCreate, runtime: RuntimeDep, session: SessionDep, actor: EditorDep
 ) -> ObjectiveRead:
     pool_id = runtime.pools.resolve(session, body.pool)
-    try:
-        objective = service.create_objective(session, pool_id, body, actor)
-    except service.Conflict as exc:
-        raise HTTPException(409, str(exc)) from None
-    session.commit()
-    runtime.policy_cache.invalidate()
+    objective = service.add_objective(session, runtime.policy_cache, pool_id, body, actor)
     return _objective_read(objective, pool_names(session))
-
-
-def _objective(session: SessionDep, objective_id: int) -> Objective:
-    try:
-        return service.get_objective(session, objective_id)
-    except service.NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
 
 
 @router.get("/v1/objectives/{objective_id}", response_model=ObjectiveRead, tags=["objectives"])
 def get_objective(objective_id: IdPath, session: SessionDep, _: ActorDep) -> ObjectiveRead:
-    return _objective_read(_objective(session, objective_id), pool_names(session))
+    return _objective_read(service.get_objective(session, objective_id), pool_names(session))
 
 
 @router.put("/v1/objectives/{objective_id}", response_model=ObjectiveRead, tags=["objectives"])
@@ -203,9 +176,7 @@ def update_objective(
     session: SessionDep,
     actor: EditorDep,
 ) -> ObjectiveRead:
-    objective = service.update_objective(session, _objective(session, objective_id), body, actor)
-    session.commit()
-    runtime.policy_cache.invalidate()
+    objective = service.update_objective(session, runtime.policy_cache, objective_id, body, actor)
     return _objective_read(objective, pool_names(session))
 
 
@@ -213,28 +184,14 @@ def update_objective(
 def delete_objective(
     objective_id: IdPath, runtime: RuntimeDep, session: SessionDep, _: EditorDep
 ) -> Response:
-    session.delete(_objective(session, objective_id))
-    session.commit()
-    runtime.policy_cache.invalidate()
+    service.delete_objective(session, runtime.policy_cache, objective_id)
     return Response(status_code=204)
 
 
 @router.get("/v1/policies/{policy_id}/epp-config", response_class=Response)
 def epp_config(policy_id: IdPath, session: SessionDep, _: ActorDep) -> Response:
     """The llm-d router's EndpointPickerConfig (YAML) for this policy, ready to apply."""
-    policy = _policy(session, policy_id)
-    scheduling = to_scheduling(PolicySpec.model_validate(policy.spec))
-    pool = pool_names(session)[policy.pool_id]
-    extras = headroom_only(scheduling)
-    lines = [
-        f"# EndpointPickerConfig for pool {pool!r}, policy version {policy.version}.",
-        f"# Exported by Headroom; last changed by {policy.updated_by} at "
-        f"{policy.updated_at.isoformat()}.",
-        "# Options only Headroom's /v1/schedule applies (no upstream plugin implements them):",
-        *(f"#   {key}: {value}" for key, value in extras.items()),
-    ]
-    body = "\n".join(lines) + "\n" + epp_config_yaml(scheduling)
-    filename = f"epp-config-{pool}-v{policy.version}.yaml"
+    filename, body = service.epp_config_export(session, policy_id)
     return Response(
         body,
         media_type="application/yaml",

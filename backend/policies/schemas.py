@@ -76,13 +76,24 @@ class PolicyCreate(PolicySpec):
     pool: str = Field(pattern=POOL_NAME_PATTERN, description="Pool the policy governs (one each).")
 
 
+# A write that names the version it was based on is refused (409) if the policy moved on since.
+BASE_VERSION = Field(
+    None,
+    ge=1,
+    le=2**31 - 1,
+    description="The version this change was based on; if the policy has changed since, "
+    "nothing is saved and the answer is 409 with the current version.",
+)
+
+
 def _all_optional(model: type[BaseModel], name: str, doc: str) -> type[BaseModel]:
     """The same fields, each optional with no default: a partial update validates like the
-    whole, and no field list is written twice."""
+    whole, and no field list is written twice. `base_version` is not a field of the spec."""
     fields: dict[str, Any] = {
         key: (Optional[info.annotation], Field(None, **_constraints(info)))  # noqa: UP045
         for key, info in model.model_fields.items()
     }
+    fields["base_version"] = (Optional[int], BASE_VERSION)  # noqa: UP045
     config = ConfigDict(extra="forbid", allow_inf_nan=False)
     partial: type[BaseModel] = create_model(name, __config__=config, __doc__=doc, **fields)
     return partial

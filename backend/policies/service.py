@@ -1,4 +1,11 @@
-"""Policies (versioned, every change audited) and objectives. Services never commit."""
+"""Policies (versioned, every change audited) and objectives.
+
+The operations (`edit_policy`, `restore_policy`, `save_pool_policy`, the objectives' create,
+update and delete) are each one unit of work: they lock the row they change, refuse a change
+based on an outdated version (409), commit, and drop the routing policy cache after the commit
+(see backend/transactions.py). The helpers they are built from (`create_policy`,
+`update_policy`, `create_objective`) only flush, for callers that own a larger unit of work.
+"""
 
 from __future__ import annotations
 
@@ -10,29 +17,43 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.auth.service import Actor
+from backend.exceptions import Conflict, NotFound
+from backend.policies.mapping import to_scheduling
 from backend.policies.models import Objective, Policy, PolicyVersion
 from backend.policies.schemas import ObjectiveCreate, ObjectiveUpdate, PolicySpec
+from backend.pools.models import Pool
+from backend.scheduling.epp_config import epp_config_yaml, headroom_only
+from backend.transactions import Invalidates, after_commit, write
 
 SYSTEM = "system"
 
 
-class NotFound(LookupError):
-    pass
-
-
-class Conflict(ValueError):
-    pass
-
-
-def get_policy(session: Session, policy_id: int) -> Policy:
-    policy = session.get(Policy, policy_id)
+def get_policy(session: Session, policy_id: int, *, lock: bool = False) -> Policy:
+    """The policy; with `lock`, its row is locked until the commit (`SELECT ... FOR UPDATE`),
+    so that two writers take turns and the second sees the first one's version."""
+    policy = session.get(Policy, policy_id, with_for_update=lock, populate_existing=lock)
     if policy is None:
         raise NotFound(f"policy {policy_id} not found")
     return policy
 
 
-def policy_for_pool(session: Session, pool_id: int) -> Policy | None:
-    return session.scalar(select(Policy).where(Policy.pool_id == pool_id))
+def policy_for_pool(session: Session, pool_id: int, *, lock: bool = False) -> Policy | None:
+    query = select(Policy).where(Policy.pool_id == pool_id)
+    if lock:
+        query = query.with_for_update().execution_options(populate_existing=True)
+    return session.scalar(query)
+
+
+def check_base_version(policy: Policy, base_version: int | None) -> None:
+    """Refuse a change prepared on an older version: saving it would silently undo the
+    changes made since (a lost update)."""
+    if base_version is not None and base_version != policy.version:
+        raise Conflict(
+            f"policy {policy.id} changed since version {base_version}: it is at version "
+            f"{policy.version} (last by {policy.updated_by}); reload it and apply your change "
+            "again",
+            current_version=policy.version,
+        )
 
 
 def spec_of(policy: Policy | None) -> PolicySpec:
@@ -71,6 +92,16 @@ def create_policy(session: Session, pool_id: int, spec: PolicySpec, actor: str) 
     return policy
 
 
+def add_policy(
+    session: Session, cache: Invalidates, pool_id: int, spec: PolicySpec, actor: Actor
+) -> Policy:
+    """Give a pool its policy (one per pool: 409 if it has one, also when two race)."""
+    with write(session, conflict="this pool already has a policy; change it with PUT"):
+        policy = create_policy(session, pool_id, spec, actor.name)
+        _invalidate_after_commit(session, cache)
+    return policy
+
+
 def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
     return {k: [old.get(k), new[k]] for k in new if old.get(k) != new[k]}
 
@@ -104,16 +135,101 @@ def history(session: Session, policy: Policy) -> Sequence[PolicyVersion]:
     ).all()
 
 
-def restore(session: Session, policy: Policy, version: int, actor: Actor) -> Policy:
+def changes_since(session: Session, policy: Policy, version: int) -> Sequence[PolicyVersion]:
+    """The versions made after `version`, newest first: what a stale form would have undone."""
+    return [v for v in history(session, policy) if v.version > version]
+
+
+def _invalidate_after_commit(session: Session, cache: Invalidates) -> None:
+    # Routing re-reads policies and objectives on its next decision, from committed rows only.
+    after_commit(session, cache.invalidate)
+
+
+def edit_policy(
+    session: Session,
+    cache: Invalidates,
+    policy_id: int,
+    fields: dict[str, Any],
+    actor: Actor,
+    base_version: int | None = None,
+) -> Policy:
+    """Change the given fields of a policy (PUT /v1/policies/{id})."""
+    with write(session, conflict=f"policy {policy_id} was changed concurrently; retry"):
+        policy = get_policy(session, policy_id, lock=True)
+        check_base_version(policy, base_version)
+        update_policy(session, policy, fields, actor)
+        _invalidate_after_commit(session, cache)
+    return policy
+
+
+def restore_policy(
+    session: Session,
+    cache: Invalidates,
+    policy_id: int,
+    version: int,
+    actor: Actor,
+    base_version: int | None = None,
+) -> Policy:
     """Make an earlier version current again, as a new version (history is never rewritten)."""
-    old = session.scalar(
-        select(PolicyVersion).where(
-            PolicyVersion.policy_id == policy.id, PolicyVersion.version == version
+    with write(session, conflict=f"policy {policy_id} was changed concurrently; retry"):
+        policy = get_policy(session, policy_id, lock=True)
+        check_base_version(policy, base_version)
+        old = session.scalar(
+            select(PolicyVersion).where(
+                PolicyVersion.policy_id == policy.id, PolicyVersion.version == version
+            )
         )
-    )
-    if old is None:
-        raise NotFound(f"policy {policy.id} has no version {version}")
-    return update_policy(session, policy, old.spec, actor, action="restore")
+        if old is None:
+            raise NotFound(f"policy {policy.id} has no version {version}")
+        update_policy(session, policy, old.spec, actor, action="restore")
+        _invalidate_after_commit(session, cache)
+    return policy
+
+
+def save_pool_policy(
+    session: Session,
+    cache: Invalidates,
+    pool_id: int,
+    spec: PolicySpec,
+    actor: Actor,
+    base_version: int | None = None,
+) -> tuple[Policy, bool]:
+    """The console's form: the whole spec for a pool, creating its policy if it has none.
+    Returns the policy and whether a new version was made."""
+    with write(session, conflict="the policy was changed concurrently; reload and retry"):
+        policy = policy_for_pool(session, pool_id, lock=True)
+        if policy is None:
+            if base_version:
+                raise Conflict("the policy was deleted since you opened it", current_version=0)
+            policy = create_policy(session, pool_id, spec, actor.name)
+            changed = True
+        else:
+            check_base_version(policy, base_version)
+            before = policy.version
+            update_policy(session, policy, spec.model_dump(mode="json"), actor)
+            changed = policy.version != before
+        _invalidate_after_commit(session, cache)
+    return policy, changed
+
+
+def epp_config_export(session: Session, policy_id: int) -> tuple[str, str]:
+    """The llm-d router's EndpointPickerConfig (YAML) for a policy, and its file name.
+
+    Names in the comment lines are written as quoted literals (control characters escaped):
+    a user or pool name with a line break must not start a YAML line of its own.
+    """
+    policy = get_policy(session, policy_id)
+    pool = session.scalar(select(Pool.name).where(Pool.id == policy.pool_id))
+    scheduling = to_scheduling(PolicySpec.model_validate(policy.spec))
+    lines = [
+        f"# EndpointPickerConfig for pool {pool!r}, policy version {policy.version}.",
+        f"# Exported by Headroom; last changed by {policy.updated_by!r} at "
+        f"{policy.updated_at.isoformat()}.",
+        "# Options only Headroom's /v1/schedule applies (no upstream plugin implements them):",
+        *(f"#   {key}: {value}" for key, value in headroom_only(scheduling).items()),
+    ]
+    body = "\n".join(lines) + "\n" + epp_config_yaml(scheduling)
+    return f"epp-config-{pool}-v{policy.version}.yaml", body
 
 
 def list_objectives(session: Session, pool_id: int | None) -> Sequence[Objective]:
@@ -123,8 +239,8 @@ def list_objectives(session: Session, pool_id: int | None) -> Sequence[Objective
     return session.scalars(query).all()
 
 
-def get_objective(session: Session, objective_id: int) -> Objective:
-    objective = session.get(Objective, objective_id)
+def get_objective(session: Session, objective_id: int, *, lock: bool = False) -> Objective:
+    objective = session.get(Objective, objective_id, with_for_update=lock, populate_existing=lock)
     if objective is None:
         raise NotFound(f"objective {objective_id} not found")
     return objective
@@ -153,13 +269,35 @@ def create_objective(
     return objective
 
 
-def update_objective(
-    session: Session, objective: Objective, data: ObjectiveUpdate, actor: Actor
+def add_objective(
+    session: Session, cache: Invalidates, pool_id: int, data: ObjectiveCreate, actor: Actor
 ) -> Objective:
-    for key, value in data.model_dump(exclude_unset=True).items():
-        if value is not None:
-            setattr(objective, key, value)
-    objective.updated_by = actor.name
-    objective.updated_at = datetime.now(UTC)
-    session.flush()
+    """Create an objective; its name is unique within the pool (409 otherwise, also when two
+    requests race to create it)."""
+    with write(session, conflict=f"objective {data.name!r} already exists in this pool"):
+        objective = create_objective(session, pool_id, data, actor)
+        _invalidate_after_commit(session, cache)
+    return objective
+
+
+def update_objective(
+    session: Session, cache: Invalidates, objective_id: int, data: ObjectiveUpdate, actor: Actor
+) -> Objective:
+    """Change the fields given; the row is locked so that concurrent edits take turns."""
+    with write(session):
+        objective = get_objective(session, objective_id, lock=True)
+        for key, value in data.model_dump(exclude_unset=True).items():
+            if value is not None:
+                setattr(objective, key, value)
+        objective.updated_by = actor.name
+        objective.updated_at = datetime.now(UTC)
+        _invalidate_after_commit(session, cache)
+    return objective
+
+
+def delete_objective(session: Session, cache: Invalidates, objective_id: int) -> Objective:
+    with write(session):
+        objective = get_objective(session, objective_id, lock=True)
+        session.delete(objective)
+        _invalidate_after_commit(session, cache)
     return objective

@@ -4,8 +4,6 @@ from fastapi import APIRouter, status
 
 from backend.auth.deps import ActorDep, EditorDep
 from backend.deps import SessionDep
-from backend.policies.schemas import PolicySpec
-from backend.policies.service import create_policy
 from backend.pools import service
 from backend.pools.schemas import PoolCreate, PoolRead
 
@@ -22,9 +20,7 @@ def list_pools(session: SessionDep, _: ActorDep) -> list[PoolRead]:
 def create_pool(data: PoolCreate, session: SessionDep, actor: EditorDep) -> PoolRead:
     """Create a pool, with a policy of upstream's defaults; its data-plane paths are
     `/pools/{name}/...`."""
-    pool = service.create_pool(session, data)
-    create_policy(session, pool.id, PolicySpec(), actor.name)
-    session.commit()
+    pool = service.add_pool(session, data, actor)
     return PoolRead.model_validate(pool)
 
 

@@ -8,17 +8,22 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from backend.auth.service import Actor
+from backend.exceptions import Conflict, NotFound
+from backend.policies.schemas import PolicySpec
+from backend.policies.service import create_policy
 from backend.pools.models import DEFAULT_POOL, Pool
 from backend.pools.schemas import PoolCreate
+from backend.transactions import write
 
 
-class PoolNotFound(LookupError):
+class PoolNotFound(NotFound):
     def __init__(self, name: str) -> None:
         super().__init__(f"unknown pool {name!r}")
         self.name = name
 
 
-class PoolExists(ValueError):
+class PoolExists(Conflict):
     def __init__(self, name: str) -> None:
         super().__init__(f"pool {name!r} already exists")
 
@@ -65,6 +70,14 @@ def create_pool(session: Session, data: PoolCreate) -> Pool:
             session.flush()
     except IntegrityError as exc:
         raise PoolExists(data.name) from exc
+    return pool
+
+
+def add_pool(session: Session, data: PoolCreate, actor: Actor) -> Pool:
+    """Create a pool with a policy of upstream's defaults (POST /v1/pools)."""
+    with write(session, conflict=f"pool {data.name!r} already exists"):
+        pool = create_pool(session, data)
+        create_policy(session, pool.id, PolicySpec(), actor.name)
     return pool
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Query
 
 from backend.auth.deps import ActorDep, EditorDep
 from backend.deps import IdPath, RuntimeDep, SessionDep
@@ -54,17 +54,10 @@ def list_models(
     return [ModelVersionRead.model_validate(_read(v, names[v.pool_id])) for v in versions]
 
 
-def _get(session: SessionDep, version_id: int) -> ModelVersion:
-    version = session.get(ModelVersion, version_id)
-    if version is None:
-        raise HTTPException(404, f"model version {version_id} not found")
-    return version
-
-
 @router.get("/{version_id}", response_model=ModelVersionDetail)
 def get_model(version_id: IdPath, session: SessionDep, _: ActorDep) -> ModelVersionDetail:
     """One version, with feature importances and (hybrid) the physics base's coefficients."""
-    version = _get(session, version_id)
+    version = service.get_version(session, version_id)
     model = load_model(version.artifact)
     return ModelVersionDetail.model_validate(
         {
@@ -77,19 +70,11 @@ def get_model(version_id: IdPath, session: SessionDep, _: ActorDep) -> ModelVers
 
 @router.post("/{version_id}/activate", response_model=ModelVersionRead)
 def activate_model(
-    version_id: IdPath, runtime: RuntimeDep, session: SessionDep, _: EditorDep
+    version_id: IdPath, runtime: RuntimeDep, session: SessionDep, actor: EditorDep
 ) -> ModelVersionRead:
-    """Serve this version (e.g. roll back to an earlier one); every replica swaps within ~1 s."""
-    version = _get(session, version_id)
-    service.activate(session, version, by="api")
-    session.commit()
-    runtime.notifier.publish(
-        {
-            "pool_id": version.pool_id,
-            "target": TargetCode(version.target).label,
-            "version_id": version_id,
-        }
-    )
+    """Serve this version (e.g. roll back to an earlier one); every replica swaps within ~1 s.
+    The activation is recorded as made by the token's user."""
+    version = service.activate_version(session, runtime.notifier, version_id, actor.name)
     return ModelVersionRead.model_validate(
         _read(version, service.pool_names(session)[version.pool_id])
     )

@@ -15,14 +15,17 @@ import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from backend.exceptions import NotFound
 from backend.pools.models import Pool
 from backend.predictor.evaluation import evaluate
 from backend.predictor.regressors import LatencyModel, load_model
 from backend.predictor.training import TrainResult, predict_columns
 from backend.registry.models import ActiveModel, ModelVersion
+from backend.registry.notify import Notifier
 from backend.samples.models import WINDOW_FEATURES, Sample, TargetCode
 from backend.samples.schemas import POD_TYPE_NAMES
 from backend.settings import TrainingSettings
+from backend.transactions import after_commit, write
 
 _WINDOW_SELECT = (
     f"SELECT {', '.join(WINDOW_FEATURES)}, latency_ms, is_test, id, pod_class FROM samples"
@@ -203,6 +206,32 @@ def activate(session: Session, version: ModelVersion, by: str) -> None:
     version.status = "active"
     version.activated_at = now
     session.flush()
+
+
+def get_version(session: Session, version_id: int) -> ModelVersion:
+    version = session.get(ModelVersion, version_id)
+    if version is None:
+        raise NotFound(f"model version {version_id} not found")
+    return version
+
+
+def activate_version(
+    session: Session, notifier: Notifier, version_id: int, by: str
+) -> ModelVersion:
+    """Serve a stored version (a roll back or forward), as `by`: the API and the console.
+
+    Replicas are told after the commit, so that every listener finds the row it is told about.
+    """
+    with write(session):
+        version = get_version(session, version_id)
+        activate(session, version, by=by[:100])
+        event = {
+            "pool_id": version.pool_id,
+            "target": TargetCode(version.target).label,
+            "version_id": version.id,
+        }
+        after_commit(session, lambda: notifier.publish(event))
+    return version
 
 
 def load_artifact(session: Session, version_id: int) -> bytes:

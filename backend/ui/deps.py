@@ -5,15 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Query, Request
+from fastapi import Depends, Query, Request
 from fastapi.responses import RedirectResponse
 from starlette.datastructures import FormData
 
 from backend.auth.service import Actor
 from backend.auth.sessions import Clock, actor_of, csrf_matches, signed_in_user, utcnow
 from backend.deps import SessionDep
+from backend.exceptions import Forbidden
 from backend.pools.models import DEFAULT_POOL, Pool
-from backend.pools.service import list_pools
+from backend.pools.service import PoolNotFound, list_pools
 from backend.settings import Settings
 from backend.ui.templating import Renderer
 from backend.ui.whatif import WhatIfRunner
@@ -95,8 +96,8 @@ ConsoleActor = Annotated[Actor, Depends(console_actor)]
 
 def console_editor(actor: ConsoleActor) -> Actor:
     if not actor.can_edit:
-        raise HTTPException(
-            403, f"{actor.name} is a {actor.role}: changing this needs an editor or an admin."
+        raise Forbidden(
+            f"{actor.name} is a {actor.role}: changing this needs an editor or an admin."
         )
     return actor
 
@@ -106,7 +107,7 @@ ConsoleEditor = Annotated[Actor, Depends(console_editor)]
 
 def console_admin(actor: ConsoleActor) -> Actor:
     if actor.role != "admin":
-        raise HTTPException(403, f"{actor.name} is a {actor.role}: this needs an admin.")
+        raise Forbidden(f"{actor.name} is a {actor.role}: this needs an admin.")
     return actor
 
 
@@ -125,7 +126,7 @@ def choose_pool(
     pools = list_pools(session)
     by_name = {p.name: p for p in pools}
     if pool is not None and pool not in by_name:
-        raise HTTPException(404, f"unknown pool {pool!r}")
+        raise PoolNotFound(pool)
     name = pool or (DEFAULT_POOL if DEFAULT_POOL in by_name else pools[0].name)
     return PoolChoice(pools, by_name[name])
 

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import RedirectResponse, Response
 
 from backend.errors import validation_errors
+from backend.exceptions import AppError
 from backend.ui.deps import CsrfRejected, LoginRequired
 from backend.ui.templating import Renderer
 
@@ -56,6 +57,10 @@ def install_error_pages(app: FastAPI, renderer: Renderer) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
         return page(request, exc.status_code, detail)
 
+    async def app_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, AppError)
+        return page(request, exc.status_code, exc.detail)
+
     async def bad_request(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         errors = validation_errors(list(exc.errors()))
@@ -74,6 +79,7 @@ def install_error_pages(app: FastAPI, renderer: Renderer) -> None:
     app.add_exception_handler(LoginRequired, login_required)
     app.add_exception_handler(CsrfRejected, csrf_rejected)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(AppError, app_error)
     app.add_exception_handler(RequestValidationError, bad_request)
     app.add_exception_handler(OperationalError, database_down)
     app.add_exception_handler(InterfaceError, database_down)

@@ -244,3 +244,23 @@ def _errors(exc: ValidationError) -> dict[str, str]:
         loc = error.get("loc", ())
         out.setdefault(str(loc[0]) if loc else "form", _message(error))
     return out
+
+
+# Versions and other counters in forms: bounded like the integer columns they are compared with.
+_MAX_FORM_INT = 2**31 - 1
+
+
+def form_int(form: Mapping[str, Any], name: str) -> int | None:
+    """A positive integer field, or None when it is absent or not one (never an overflow)."""
+    raw = form.get(name)
+    text = raw.strip() if isinstance(raw, str) else ""
+    if not text.isdigit() or not text.isascii() or len(text) > 10:
+        return None
+    value = int(text)
+    return value if 1 <= value <= _MAX_FORM_INT else None
+
+
+def base_version_of(form: Mapping[str, Any]) -> int | None:
+    """The version the form was opened at (a hidden field): a save is refused if the policy
+    has moved on since. Absent (or 0, a pool without a policy yet) means "no check"."""
+    return form_int(form, "base_version")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from starlette.responses import RedirectResponse, Response
 
@@ -12,6 +12,7 @@ from backend.auth import service as auth
 from backend.auth.service import ROLES, SCOPES, Actor
 from backend.auth.sessions import active_session_counts
 from backend.deps import IdPath, SessionDep
+from backend.exceptions import Conflict, Invalid
 from backend.ui.deps import ConsoleAdmin, ConsoleState, FormDep, StateDep, see_other
 
 router = APIRouter()
@@ -67,26 +68,15 @@ def create_user(
     username = str(form.get("username", "")).strip()
     role = str(form.get("role", "viewer"))
     password = str(form.get("password", ""))
-    errors: dict[str, str] = {}
-    if (
-        not username
-        or len(username) > 63
-        or not username.replace("-", "").replace("_", "").replace(".", "").isalnum()
-    ):
-        errors["username"] = "1 to 63 letters, digits, '-', '_' or '.'."
-    if role not in ROLES:
-        errors["role"] = f"One of {', '.join(ROLES)}."
-    if len(password) < 8:
-        errors["password"] = "At least 8 characters."
-    if not errors:
-        try:
-            auth.create_user(session, username, password, role)  # type: ignore[arg-type]
-        except auth.UserExists as exc:
-            errors["username"] = str(exc)
-        else:
-            session.commit()
-            request.session["flash"] = f"User {username} ({role}) created."
-            return _back(request)
+    try:
+        auth.add_user(session, username, password, role)
+    except Invalid as exc:
+        errors = {exc.field or "username": exc.detail}
+    except Conflict as exc:
+        errors = {"username": exc.detail}
+    else:
+        request.session["flash"] = f"User {username} ({role}) created."
+        return _back(request)
     return _render(
         request,
         state,
@@ -100,29 +90,11 @@ def create_user(
 
 @router.post("/admin/users/{user_id}")
 def change_user(
-    user_id: int, request: Request, form: FormDep, session: SessionDep, actor: ConsoleAdmin
+    user_id: IdPath, request: Request, form: FormDep, session: SessionDep, actor: ConsoleAdmin
 ) -> Response:
-    try:
-        user = auth.get_user(session, user_id)
-    except auth.NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
     action = str(form.get("action", ""))
-    if user.username == actor.name and action in ("role", "disable"):
-        # The last admin locking themselves out needs a shell to undo; refuse it here.
-        raise HTTPException(409, "You cannot change your own role or disable yourself.")
-    if action == "role":
-        role = str(form.get("role", ""))
-        if role not in ROLES:
-            raise HTTPException(422, f"role: one of {', '.join(ROLES)}")
-        auth.set_role(session, user, role)
-        message = f"{user.username} is now a {role}."
-    elif action in ("disable", "enable"):
-        auth.set_disabled(session, user, action == "disable")
-        message = f"{user.username} {action}d."
-    else:
-        raise HTTPException(422, "action: role, disable or enable")
-    session.commit()
-    request.session["flash"] = message
+    role = str(form.get("role", ""))
+    request.session["flash"] = auth.change_user(session, user_id, action, role, actor)
     return _back(request)
 
 
@@ -132,12 +104,7 @@ def sign_out_everywhere(
 ) -> Response:
     """End every console session of a user (a lost laptop, a shared cookie). Allowed on
     oneself too: it ends this session as well, and the next page asks to sign in."""
-    try:
-        user = auth.get_user(session, user_id)
-    except auth.NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    ended = auth.end_user_sessions(session, user.id)
-    session.commit()
+    user, ended = auth.sign_out_everywhere(session, user_id)
     request.session["flash"] = (
         f"{user.username} signed out everywhere ({ended} session{'s' if ended != 1 else ''})."
     )
@@ -152,13 +119,14 @@ def create_token(
     name = str(form.get("name", "")).strip()
     scopes = [str(s) for s in form.getlist("scopes")]
     errors: dict[str, str] = {}
-    owner = auth.user_by_name(session, owner_name)
+    owner = auth.user_by_name(session, owner_name) if auth.is_valid_username(owner_name) else None
     if owner is None:
         errors["user"] = f"No user {owner_name!r}."
-    if not name or len(name) > 100:
-        errors["name"] = "A label of 1 to 100 characters, to recognise the token by."
-    if not scopes or set(scopes) - set(SCOPES):
-        errors["scopes"] = f"Choose at least one of {', '.join(SCOPES)}."
+    else:
+        try:
+            token, clear = auth.issue_token(session, owner, name, scopes)
+        except Invalid as exc:
+            errors[exc.field or "name"] = exc.detail
     if errors or owner is None:
         return _render(
             request,
@@ -169,8 +137,6 @@ def create_token(
             errors=errors,
             status_code=422,
         )
-    token, clear = auth.create_token(session, owner, name, scopes)
-    session.commit()
     # The clear token is in this one response and nowhere else: not in the session, not in a
     # URL, not in the database.
     return _render(
@@ -189,12 +155,8 @@ def create_token(
 
 @router.post("/admin/tokens/{token_id}/revoke")
 def revoke_token(
-    token_id: int, request: Request, session: SessionDep, actor: ConsoleAdmin
+    token_id: IdPath, request: Request, session: SessionDep, actor: ConsoleAdmin
 ) -> Response:
-    try:
-        token = auth.revoke_token(session, token_id)
-    except auth.NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    session.commit()
+    token = auth.revoke_token(session, token_id)
     request.session["flash"] = f"Token {token.prefix}... revoked by {actor.name}."
     return _back(request)

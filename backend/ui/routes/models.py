@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import RedirectResponse, Response
 
-from backend.deps import RuntimeDep, SessionDep
+from backend.deps import IdPath, RuntimeDep, SessionDep
 from backend.registry import service as registry
-from backend.registry.models import ModelVersion
 from backend.samples.models import TargetCode
 from backend.ui.deps import ConsoleActor, ConsoleEditor, PoolDep, StateDep
 from backend.ui.views import models_view
@@ -40,22 +39,14 @@ def models_page(
 @router.post("/models/{version_id}/activate")
 def activate(
     request: Request,
-    version_id: int,
+    version_id: IdPath,
     runtime: RuntimeDep,
     session: SessionDep,
     actor: ConsoleEditor,
 ) -> Response:
     """Serve this version (roll back or forward); every replica swaps within about a second."""
-    version = session.get(ModelVersion, version_id)
-    if version is None:
-        raise HTTPException(404, f"model version {version_id} not found")
-    registry.activate(session, version, by=actor.name)
-    session.commit()
+    version = registry.activate_version(session, runtime.notifier, version_id, actor.name)
     target = TargetCode(version.target)
-    # Published after the commit, so that every listener finds the row it is told about.
-    runtime.notifier.publish(
-        {"pool_id": version.pool_id, "target": target.label, "version_id": version.id}
-    )
     pool = registry.pool_names(session)[version.pool_id]
     request.session["flash"] = (
         f"Version {version.id} is now the active {target.label.upper()} model."

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from starlette.responses import RedirectResponse, Response
 
 from backend.auth.service import Actor
-from backend.deps import RuntimeDep, SessionDep
+from backend.deps import IdPath, RuntimeDep, SessionDep
+from backend.exceptions import Conflict
 from backend.policies import service as policies
 from backend.policies.models import Objective
 from backend.registry.service import pool_names
@@ -78,28 +79,25 @@ def create_objective(
     submitted = {k: str(form.get(k, "")) for k in ("name", "priority", "description")}
     if data is not None:
         try:
-            objective = policies.create_objective(session, choice.selected.id, data, actor)
-        except policies.Conflict as exc:
-            errors = {"name": str(exc)}
+            objective = policies.add_objective(
+                session, runtime.policy_cache, choice.selected.id, data, actor
+            )
+        except Conflict as exc:
+            errors = {"name": exc.detail}
         else:
-            session.commit()
-            runtime.policy_cache.invalidate()
             request.session["flash"] = f"Objective {objective.name} created."
             return _back(request, pool)
     return _render(request, state, session, actor, choice, submitted, errors, status_code=422)
 
 
 def _objective(session: Session, objective_id: int) -> tuple[Objective, str]:
-    try:
-        objective = policies.get_objective(session, objective_id)
-    except policies.NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
+    objective = policies.get_objective(session, objective_id)
     return objective, pool_names(session)[objective.pool_id]
 
 
 @router.post("/objectives/{objective_id}/update")
 def update_objective(
-    objective_id: int,
+    objective_id: IdPath,
     request: Request,
     form: FormDep,
     state: StateDep,
@@ -113,24 +111,20 @@ def update_objective(
         choice = choose_pool(session, pool)
         errors = {f"{objective.id}.{k}": v for k, v in errors.items()}
         return _render(request, state, session, actor, choice, None, errors, status_code=422)
-    policies.update_objective(session, objective, data, actor)
-    session.commit()
-    runtime.policy_cache.invalidate()
+    policies.update_objective(session, runtime.policy_cache, objective.id, data, actor)
     request.session["flash"] = f"Objective {objective.name} updated."
     return _back(request, pool)
 
 
 @router.post("/objectives/{objective_id}/delete")
 def delete_objective(
-    objective_id: int,
+    objective_id: IdPath,
     request: Request,
     runtime: RuntimeDep,
     session: SessionDep,
     actor: ConsoleEditor,
 ) -> Response:
-    objective, pool = _objective(session, objective_id)
-    session.delete(objective)
-    session.commit()
-    runtime.policy_cache.invalidate()
+    _, pool = _objective(session, objective_id)
+    objective = policies.delete_objective(session, runtime.policy_cache, objective_id)
     request.session["flash"] = f"Objective {objective.name} deleted (by {actor.name})."
     return _back(request, pool)

@@ -3,17 +3,17 @@ restore, and the EPP config download (the very export the API serves)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from starlette.responses import RedirectResponse, Response
 
 from backend.auth.service import Actor
 from backend.deps import RuntimeDep, SessionDep
-from backend.policies import router as policies_api
+from backend.exceptions import Conflict, Invalid, NotFound
 from backend.policies import service as policies
 from backend.policies.models import Policy
 from backend.pools.models import Pool
-from backend.pools.service import PoolNotFound, get_pool
+from backend.pools.service import get_pool
 from backend.ui.deps import (
     ConsoleActor,
     ConsoleEditor,
@@ -25,17 +25,16 @@ from backend.ui.deps import (
     choose_pool,
     see_other,
 )
-from backend.ui.forms import form_values, parse_policy_form, policy_groups
+from backend.ui.forms import (
+    base_version_of,
+    form_int,
+    form_values,
+    parse_policy_form,
+    policy_groups,
+)
 from backend.ui.simulation import DEFAULT_TRACE, trace_choices
 
 router = APIRouter()
-
-
-def _pool(session: Session, name: str) -> Pool:
-    try:
-        return get_pool(session, name)
-    except PoolNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
 
 
 def render_policy_page(
@@ -47,6 +46,8 @@ def render_policy_page(
     values: dict[str, str] | None = None,
     errors: dict[str, str] | None = None,
     status_code: int = 200,
+    conflict: Conflict | None = None,
+    base_version: int | None = None,
 ) -> Response:
     policy = policies.policy_for_pool(session, choice.selected.id)
     spec = policies.spec_of(policy)
@@ -63,6 +64,13 @@ def render_policy_page(
             "history": history,
             "traces": trace_choices(),
             "trace": DEFAULT_TRACE,
+            # A save refused because someone else saved first: their changes, to compare.
+            "conflict": conflict,
+            "changed_since": (
+                policies.changes_since(session, policy, base_version)
+                if conflict is not None and policy is not None and base_version is not None
+                else []
+            ),
         },
         actor=actor,
         active="policies",
@@ -91,7 +99,7 @@ def save_policy(
     session: SessionDep,
     actor: ConsoleEditor,
 ) -> Response:
-    target = _pool(session, pool)
+    target = get_pool(session, pool)
     parsed = parse_policy_form(form)
     if parsed.spec is None:
         return render_policy_page(
@@ -104,17 +112,27 @@ def save_policy(
             errors=parsed.errors,
             status_code=422,
         )
-    policy = policies.policy_for_pool(session, target.id)
-    before = policy.version if policy is not None else 0
-    if policy is None:
-        policy = policies.create_policy(session, target.id, parsed.spec, actor.name)
-    else:
-        policies.update_policy(session, policy, parsed.spec.model_dump(mode="json"), actor)
-    session.commit()
-    runtime.policy_cache.invalidate()
+    base_version = base_version_of(form)
+    try:
+        policy, changed = policies.save_pool_policy(
+            session, runtime.policy_cache, target.id, parsed.spec, actor, base_version
+        )
+    except Conflict as exc:
+        # Shown with what was submitted and the other person's change: nothing is lost.
+        return render_policy_page(
+            request,
+            state,
+            session,
+            actor,
+            choose_pool(session, pool),
+            values=parsed.values,
+            status_code=409,
+            conflict=exc,
+            base_version=base_version,
+        )
     request.session["flash"] = (
         f"Saved: policy version {policy.version}."
-        if policy.version != before
+        if changed
         else "Nothing changed: the policy is as it was."
     )
     return _back(request, pool)
@@ -123,7 +141,7 @@ def save_policy(
 def _policy(session: Session, pool: Pool) -> Policy:
     policy = policies.policy_for_pool(session, pool.id)
     if policy is None:
-        raise HTTPException(404, f"pool {pool.name!r} has no policy yet")
+        raise NotFound(f"pool {pool.name!r} has no policy yet")
     return policy
 
 
@@ -136,21 +154,23 @@ def restore_policy(
     session: SessionDep,
     actor: ConsoleEditor,
 ) -> Response:
-    policy = _policy(session, _pool(session, pool))
-    raw = form.get("version")
-    if not isinstance(raw, str) or not raw.isdigit():
-        raise HTTPException(422, "version: choose a version to restore")
-    try:
-        policies.restore(session, policy, int(raw), actor)
-    except policies.NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    session.commit()
-    runtime.policy_cache.invalidate()
-    request.session["flash"] = f"Restored version {raw} as version {policy.version}."
+    policy = _policy(session, get_pool(session, pool))
+    version = form_int(form, "version")
+    if version is None:
+        raise Invalid("version: choose a version to restore", field="version")
+    policy = policies.restore_policy(
+        session, runtime.policy_cache, policy.id, version, actor, base_version_of(form)
+    )
+    request.session["flash"] = f"Restored version {version} as version {policy.version}."
     return _back(request, pool)
 
 
 @router.get("/policies/{pool}/epp-config")
 def download_epp_config(pool: str, session: SessionDep, actor: ConsoleActor) -> Response:
-    policy = _policy(session, _pool(session, pool))
-    return policies_api.epp_config(policy.id, session, actor)
+    policy = _policy(session, get_pool(session, pool))
+    filename, body = policies.epp_config_export(session, policy.id)
+    return Response(
+        body,
+        media_type="application/yaml",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from starlette.responses import RedirectResponse, Response
 
-from backend.auth.service import count_users, verify_password
-from backend.auth.sessions import Client, sign_in, sign_out, signed_in_user
-from backend.auth.throttle import SignInLimits, clear_failures, lockout, record_failure
+from backend.auth.service import count_users
+from backend.auth.sessions import Client, attempt_sign_in, end_session, signed_in_user
+from backend.auth.throttle import SignInLimits
 from backend.deps import SessionDep
 from backend.ui.deps import FormDep, StateDep, client_ip
 
@@ -49,8 +49,6 @@ def login(request: Request, form: FormDep, state: StateDep, session: SessionDep)
     username = str(form.get("username", "")).strip()
     password = str(form.get("password", ""))
     target = _safe_next(request, str(form.get("next", "")))
-    now = state.clock()
-    address = client_ip(request)
 
     def refuse(error: str, status_code: int, headers: dict[str, str] | None = None) -> Response:
         return state.renderer.page(
@@ -67,35 +65,27 @@ def login(request: Request, form: FormDep, state: StateDep, session: SessionDep)
             headers=headers,
         )
 
-    # Before the password is looked at: while locked, a right guess and a wrong one get the
-    # same answer, and no argon2 verification is spent.
-    locked = lockout(session, username, address, now, SignInLimits.from_settings(state.settings.ui))
-    if locked is not None:
-        return refuse(locked.message, 429, {"Retry-After": str(locked.retry_after_s)})
-    if not username or not password:
-        # Not a guess (the form requires both): nothing to count.
-        return refuse("Wrong username or password.", 401)
-    user = verify_password(session, username, password)
-    if user is None:
-        record_failure(session, username, address, now)
-        session.commit()
-        return refuse("Wrong username or password.", 401)
-    clear_failures(session, username)
-    sign_in(
+    result = attempt_sign_in(
         session,
         request.session,
-        user,
-        now=now,
+        username,
+        password,
+        now=state.clock(),
+        limits=SignInLimits.from_settings(state.settings.ui),
         max_age_s=state.settings.ui.session_max_age_s,
-        client=Client(request.headers.get("user-agent"), address),
+        client=Client(request.headers.get("user-agent"), client_ip(request)),
     )
-    session.commit()
+    if result.lockout is not None:
+        return refuse(
+            result.lockout.message, 429, {"Retry-After": str(result.lockout.retry_after_s)}
+        )
+    if result.user is None:
+        return refuse("Wrong username or password.", 401)
     return RedirectResponse(target, status_code=303)
 
 
 @router.post("/logout")
 def logout(request: Request, session: SessionDep) -> Response:
-    sign_out(session, request.session)
-    session.commit()
+    end_session(session, request.session)
     root = request.scope.get("root_path", "")
     return RedirectResponse(f"{root}/login", status_code=303)
