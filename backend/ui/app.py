@@ -21,7 +21,17 @@ from backend.settings import Settings
 from backend.ui.demo import DemoFeeder
 from backend.ui.deps import ConsoleState, csrf_protect
 from backend.ui.errors import install_error_pages
-from backend.ui.routes import admin, models, objectives, overview, policies, samples, signin, whatif
+from backend.ui.routes import (
+    account,
+    admin,
+    models,
+    objectives,
+    overview,
+    policies,
+    samples,
+    signin,
+    whatif,
+)
 from backend.ui.templating import Renderer, frontend_dir, make_templates
 from backend.ui.whatif import make_runner
 
@@ -82,7 +92,17 @@ class Console:
             https_only=settings.ui.secure_cookies,
         )
         app.mount("/static", StaticFiles(directory=frontend_dir(settings) / "static"), "static")
-        for module in (signin, overview, models, samples, policies, objectives, whatif, admin):
+        for module in (
+            signin,
+            overview,
+            models,
+            samples,
+            policies,
+            objectives,
+            whatif,
+            admin,
+            account,
+        ):
             app.include_router(module.router)
         install_error_pages(app, self.state.renderer)
         self.app = app
