@@ -82,3 +82,44 @@ def test_overlong_names_and_addresses_are_cut_to_the_columns(db: Session) -> Non
     long_name, long_address = "x" * 500, "y" * 500
     _fail(db, long_name, 5, ip=long_address)
     assert lockout(db, long_name, long_address, T0, LIMITS) is not None
+
+
+def test_simultaneous_wrong_passwords_on_sqlite_reach_the_check_at_most_the_limit(
+    db: Session,
+) -> None:
+    """The embedded mode's path of the atomic limit: attempts on one name take turns."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from sqlalchemy.orm import sessionmaker
+
+    from backend.auth.service import create_user
+    from backend.auth.sessions import Client, attempt_sign_in
+
+    create_user(db, "ada", "correct-horse-battery", "admin")
+    db.commit()
+    factory = sessionmaker(db.get_bind(), expire_on_commit=False)
+    n = 16
+    barrier = Barrier(n)
+
+    def guess(_: int) -> str:
+        barrier.wait()
+        with factory() as session:
+            result = attempt_sign_in(
+                session,
+                {},
+                "ada",
+                "a wrong guess",
+                now=T0,
+                limits=LIMITS,
+                max_age_s=3600,
+                client=Client(None, HERE),
+            )
+        return "locked" if result.lockout is not None else "checked"
+
+    with ThreadPoolExecutor(n) as pool:
+        outcomes = list(pool.map(guess, range(n)))
+    assert outcomes.count("checked") == LIMITS.per_user
+    assert outcomes.count("locked") == n - LIMITS.per_user
+    recorded = db.scalars(select(SignInFailure).where(SignInFailure.username == "ada")).all()
+    assert len(recorded) == LIMITS.per_user
