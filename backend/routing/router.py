@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep
+from backend.exceptions import Invalid
 from backend.prediction.service import openapi_body, parse_body
 from backend.routing.schemas import ScheduleIn, ScheduleOut
-from backend.routing.service import BadHeader, PoolPolicy, decide, resolve
+from backend.routing.service import PoolPolicy, decide, resolve
 
 router = APIRouter(prefix="/v1", tags=["schedule"], dependencies=[Depends(scope("predict"))])
 
@@ -38,13 +39,10 @@ async def schedule_request(request: Request, runtime: RuntimeDep) -> Response:
     body = await parse_body(request, ScheduleIn)
     pool = await _pool_policy(runtime, body.pool)
     headers = {k.lower(): v for k, v in request.headers.items()}
-    try:
-        resolved = resolve(body.request, headers, pool)
-    except BadHeader as exc:
-        raise HTTPException(422, str(exc)) from None
+    resolved = resolve(body.request, headers, pool)  # BadHeader: 422
     names = [c.name for c in body.candidates]
     if len(set(names)) != len(names):
-        raise HTTPException(422, "candidates: pod names must be unique")
+        raise Invalid("candidates: pod names must be unique", field="candidates")
     decision = decide(runtime.store, body.pool, body.candidates, resolved, pool.policy)
     out = {
         "pool": body.pool,

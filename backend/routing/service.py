@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.exceptions import Invalid
 from backend.policies import service as policies
 from backend.policies.mapping import to_scheduling
 from backend.policies.schemas import PolicySpec
@@ -81,7 +82,7 @@ def first_header(headers: dict[str, str], names: Sequence[str]) -> str | None:
     return next((headers[n] for n in names if n in headers), None)
 
 
-class BadHeader(ValueError):
+class BadHeader(Invalid):
     pass
 
 

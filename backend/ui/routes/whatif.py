@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, Request
 from starlette.responses import RedirectResponse, Response
 
 from backend.deps import SessionDep
+from backend.exceptions import Invalid, NotFound
 from backend.policies import service as policies
 from backend.policies.schemas import PolicySpec
 from backend.ui.deps import ConsoleActor, ConsoleEditor, FormDep, PoolDep, StateDep, choose_pool
@@ -58,7 +59,7 @@ def start(
     choice = choose_pool(session, pool)
     trace = str(form.get("trace", DEFAULT_TRACE))
     if trace not in trace_choices():
-        raise HTTPException(422, f"trace: one of {', '.join(trace_choices())}")
+        raise Invalid(f"trace: one of {', '.join(trace_choices())}", field="trace")
     parsed = parse_policy_form(form)
     if parsed.spec is None:
         # Shown where the edit was made, with each message next to its field.
@@ -92,7 +93,7 @@ def job_page(
 ) -> Response:
     job = _runner(state).get(job_id)
     if job is None:
-        raise HTTPException(404, "no such what-if run (records are kept for a day)")
+        raise NotFound("no such what-if run (records are kept for a day)")
     choice = choose_pool(session, job.pool)
     policy = policies.policy_for_pool(session, choice.selected.id)
     changes = {
