@@ -152,12 +152,13 @@ def edit_policy(
     fields: dict[str, Any],
     actor: Actor,
     base_version: int | None = None,
+    action: str = "update",
 ) -> Policy:
     """Change the given fields of a policy (PUT /v1/policies/{id})."""
     with write(session, conflict=f"policy {policy_id} was changed concurrently; retry"):
         policy = get_policy(session, policy_id, lock=True)
         check_base_version(policy, base_version)
-        update_policy(session, policy, fields, actor)
+        update_policy(session, policy, fields, actor, action)
         _invalidate_after_commit(session, cache)
     return policy
 
@@ -171,19 +172,16 @@ def restore_policy(
     base_version: int | None = None,
 ) -> Policy:
     """Make an earlier version current again, as a new version (history is never rewritten)."""
-    with write(session, conflict=f"policy {policy_id} was changed concurrently; retry"):
-        policy = get_policy(session, policy_id, lock=True)
-        check_base_version(policy, base_version)
-        old = session.scalar(
-            select(PolicyVersion).where(
-                PolicyVersion.policy_id == policy.id, PolicyVersion.version == version
-            )
+    old = session.scalar(
+        select(PolicyVersion.spec).where(
+            PolicyVersion.policy_id == policy_id, PolicyVersion.version == version
         )
-        if old is None:
-            raise NotFound(f"policy {policy.id} has no version {version}")
-        update_policy(session, policy, old.spec, actor, action="restore")
-        _invalidate_after_commit(session, cache)
-    return policy
+    )
+    if old is None:
+        get_policy(session, policy_id)  # an unknown policy is named as such
+        raise NotFound(f"policy {policy_id} has no version {version}")
+    # Versions never change once written: reading one before the lock is safe.
+    return edit_policy(session, cache, policy_id, old, actor, base_version, action="restore")
 
 
 def save_pool_policy(

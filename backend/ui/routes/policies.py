@@ -3,6 +3,8 @@ restore, and the EPP config download (the very export the API serves)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from starlette.responses import RedirectResponse, Response
@@ -101,7 +103,10 @@ def save_policy(
 ) -> Response:
     target = get_pool(session, pool)
     parsed = parse_policy_form(form)
-    if parsed.spec is None:
+    base_version = base_version_of(form)
+
+    def again(status_code: int, **problem: Any) -> Response:
+        # The form as submitted, with what was wrong: nothing the user typed is lost.
         return render_policy_page(
             request,
             state,
@@ -109,27 +114,19 @@ def save_policy(
             actor,
             choose_pool(session, pool),
             values=parsed.values,
-            errors=parsed.errors,
-            status_code=422,
+            status_code=status_code,
+            **problem,
         )
-    base_version = base_version_of(form)
+
+    if parsed.spec is None:
+        return again(422, errors=parsed.errors)
     try:
         policy, changed = policies.save_pool_policy(
             session, runtime.policy_cache, target.id, parsed.spec, actor, base_version
         )
     except Conflict as exc:
-        # Shown with what was submitted and the other person's change: nothing is lost.
-        return render_policy_page(
-            request,
-            state,
-            session,
-            actor,
-            choose_pool(session, pool),
-            values=parsed.values,
-            status_code=409,
-            conflict=exc,
-            base_version=base_version,
-        )
+        # Someone saved first: shown with their change, to compare before saving again.
+        return again(409, conflict=exc, base_version=base_version)
     request.session["flash"] = (
         f"Saved: policy version {policy.version}."
         if changed
