@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 from sqlalchemy import select
@@ -13,7 +14,7 @@ from backend.exceptions import Conflict, NotFound
 from backend.policies.schemas import PolicySpec
 from backend.policies.service import create_policy
 from backend.pools.models import DEFAULT_POOL, Pool
-from backend.pools.schemas import PoolCreate
+from backend.pools.schemas import POOL_NAME_PATTERN, PoolCreate
 from backend.transactions import write
 
 
@@ -26,6 +27,17 @@ class PoolNotFound(NotFound):
 class PoolExists(Conflict):
     def __init__(self, name: str) -> None:
         super().__init__(f"pool {name!r} already exists")
+
+
+_POOL_NAME = re.compile(POOL_NAME_PATTERN)
+
+
+def _named(name: str) -> str:
+    """A name no pool can have (a NUL byte, a slash, too long) is unknown without asking the
+    database, which would refuse some of them with an error instead of an empty answer."""
+    if _POOL_NAME.fullmatch(name) is None:
+        raise PoolNotFound(name)
+    return name
 
 
 class PoolCache:
@@ -43,7 +55,7 @@ class PoolCache:
         pool_id = self._ids.get(name)
         if pool_id is not None:
             return pool_id
-        pool_id = session.scalar(select(Pool.id).where(Pool.name == name))
+        pool_id = session.scalar(select(Pool.id).where(Pool.name == _named(name)))
         if pool_id is None:
             raise PoolNotFound(name)
         with self._lock:
@@ -56,7 +68,7 @@ def list_pools(session: Session) -> list[Pool]:
 
 
 def get_pool(session: Session, name: str) -> Pool:
-    pool = session.scalar(select(Pool).where(Pool.name == name))
+    pool = session.scalar(select(Pool).where(Pool.name == _named(name)))
     if pool is None:
         raise PoolNotFound(name)
     return pool

@@ -294,3 +294,16 @@ def test_user_create_refuses_a_bad_name_with_a_clear_error(
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert "letters, digits" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_nul_byte_in_a_pool_name_is_an_unknown_pool(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    admin(sessions)
+    signed_in(client, "ada")
+    csrf = csrf_of(client, "/ui/policies")
+    saved = client.post("/ui/policies/de%00fault/save", data={"csrf_token": csrf})
+    assert saved.status_code == 404 and "unknown pool" in saved.text
+    assert client.get("/ui/policies/de%00fault/epp-config").status_code == 404
+    assert client.get("/v1/pools/de%00fault").status_code == 404
+    assert client.get("/v1/objectives", params={"pool": "de\x00fault"}).status_code == 404
