@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, UniqueConstraint, func
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, UniqueConstraint, func, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.db import Base
@@ -52,5 +52,7 @@ class Objective(Base):
     name: Mapped[str] = mapped_column(String(63))
     priority: Mapped[int] = mapped_column(Integer)
     description: Mapped[str] = mapped_column(String(500), default="")
+    # Counts the changes: an edit naming an older one is refused instead of undoing the others.
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_by: Mapped[str] = mapped_column(String(100))

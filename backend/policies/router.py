@@ -134,6 +134,7 @@ def _objective_read(o: Objective, names: dict[int, str]) -> ObjectiveRead:
         priority=o.priority,
         sheddable=o.priority < 0,
         description=o.description,
+        version=o.version,
         updated_at=o.updated_at,
         updated_by=o.updated_by,
     )

@@ -81,7 +81,7 @@ BASE_VERSION = Field(
     None,
     ge=1,
     le=2**31 - 1,
-    description="The version this change was based on; if the policy has changed since, "
+    description="The version this change was based on; if the record has changed since, "
     "nothing is saved and the answer is 409 with the current version.",
 )
 
@@ -150,6 +150,7 @@ class ObjectiveUpdate(BaseModel):
 
     priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
     description: str | None = Field(None, max_length=500)
+    base_version: int | None = BASE_VERSION
 
 
 class ObjectiveRead(BaseModel):
@@ -159,5 +160,6 @@ class ObjectiveRead(BaseModel):
     priority: int
     sheddable: bool
     description: str
+    version: int = Field(description="Counts the changes; send it as `base_version` to edit.")
     updated_at: datetime
     updated_by: str

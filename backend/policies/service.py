@@ -281,12 +281,21 @@ def add_objective(
 def update_objective(
     session: Session, cache: Invalidates, objective_id: int, data: ObjectiveUpdate, actor: Actor
 ) -> Objective:
-    """Change the fields given; the row is locked so that concurrent edits take turns."""
+    """Change the fields given; the row is locked so that concurrent edits take turns, and an
+    edit based on an older version than the stored one is refused (409)."""
     with write(session):
         objective = get_objective(session, objective_id, lock=True)
-        for key, value in data.model_dump(exclude_unset=True).items():
+        if data.base_version is not None and data.base_version != objective.version:
+            raise Conflict(
+                f"objective {objective.name!r} changed since version {data.base_version}: it is "
+                f"at version {objective.version} (last by {objective.updated_by}), priority "
+                f"{objective.priority}, description {objective.description!r}",
+                current_version=objective.version,
+            )
+        for key, value in data.model_dump(exclude_unset=True, exclude={"base_version"}).items():
             if value is not None:
                 setattr(objective, key, value)
+        objective.version += 1
         objective.updated_by = actor.name
         objective.updated_at = datetime.now(UTC)
         _invalidate_after_commit(session, cache)

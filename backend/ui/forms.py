@@ -231,6 +231,7 @@ def parse_objective_update(
     data = {
         "priority": str(form.get("priority", "")).strip() or None,
         "description": str(form.get("description", "")).strip(),
+        "base_version": base_version_of(form),
     }
     try:
         return ObjectiveUpdate.model_validate(data), {}

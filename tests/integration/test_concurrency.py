@@ -172,3 +172,17 @@ def test_forty_simultaneous_wrong_passwords_reach_the_check_at_most_five_times(
             .where(SignInFailure.username == "victim")
         )
     assert recorded == limit
+
+
+def test_an_objective_edit_based_on_an_old_version_is_refused(client: TestClient) -> None:
+    created = client.post("/v1/objectives", json={"pool": "default", "name": "chat", "priority": 5})
+    assert created.json()["version"] == 1
+    objective = f"/v1/objectives/{created.json()['id']}"
+    first = client.put(objective, json={"priority": 7, "base_version": 1})
+    assert first.status_code == 200 and first.json()["version"] == 2
+    stale = client.put(objective, json={"description": "mine", "base_version": 1})
+    assert stale.status_code == 409
+    assert stale.json()["current_version"] == 2 and "priority 7" in stale.json()["detail"]
+    assert client.get(objective).json()["description"] == ""
+    # Without a base version, edits apply in turn (and still count).
+    assert client.put(objective, json={"description": "ok"}).json()["version"] == 3

@@ -307,3 +307,24 @@ def test_a_nul_byte_in_a_pool_name_is_an_unknown_pool(
     assert client.get("/ui/policies/de%00fault/epp-config").status_code == 404
     assert client.get("/v1/pools/de%00fault").status_code == 404
     assert client.get("/v1/objectives", params={"pool": "de\x00fault"}).status_code == 404
+
+
+def test_an_objective_row_saved_after_an_api_edit_is_refused_saying_how_it_reads(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    admin(sessions)
+    signed_in(client, "ada")
+    created = client.post("/v1/objectives", json={"pool": "default", "name": "chat", "priority": 5})
+    objective_id = created.json()["id"]
+    assert 'name="base_version" value="1"' in client.get("/ui/objectives").text
+    assert client.put(f"/v1/objectives/{objective_id}", json={"priority": 9}).status_code == 200
+    form = {
+        "csrf_token": csrf_of(client, "/ui/objectives"),
+        "priority": "6",
+        "description": "from a stale page",
+        "base_version": "1",
+    }
+    stale = client.post(f"/ui/objectives/{objective_id}/update", data=form)
+    assert stale.status_code == 409
+    assert "changed since version 1" in stale.text and "priority 9" in stale.text
+    assert client.get(f"/v1/objectives/{objective_id}").json()["priority"] == 9

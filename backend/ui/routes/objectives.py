@@ -111,7 +111,13 @@ def update_objective(
         choice = choose_pool(session, pool)
         errors = {f"{objective.id}.{k}": v for k, v in errors.items()}
         return _render(request, state, session, actor, choice, None, errors, status_code=422)
-    policies.update_objective(session, runtime.policy_cache, objective.id, data, actor)
+    try:
+        policies.update_objective(session, runtime.policy_cache, objective.id, data, actor)
+    except Conflict as exc:
+        # Someone changed it since this page was loaded: say how it reads now.
+        choice = choose_pool(session, pool)
+        errors = {objective.name: exc.detail}
+        return _render(request, state, session, actor, choice, None, errors, status_code=409)
     request.session["flash"] = f"Objective {objective.name} updated."
     return _back(request, pool)
 
