@@ -39,6 +39,9 @@ log = logging.getLogger("headroom.ui")
 
 PREFIX = "/ui"
 
+# The console's pages and forms, in the order their routes are matched.
+ROUTE_MODULES = (signin, overview, models, samples, policies, objectives, whatif, admin, account)
+
 # No inline scripts anywhere (chart data travels in application/json blocks), so scripts may
 # only come from our own static files; nothing may frame the console (clickjacking).
 CONTENT_SECURITY_POLICY = (
@@ -92,17 +95,7 @@ class Console:
             https_only=settings.ui.secure_cookies,
         )
         app.mount("/static", StaticFiles(directory=frontend_dir(settings) / "static"), "static")
-        for module in (
-            signin,
-            overview,
-            models,
-            samples,
-            policies,
-            objectives,
-            whatif,
-            admin,
-            account,
-        ):
+        for module in ROUTE_MODULES:
             app.include_router(module.router)
         install_error_pages(app, self.state.renderer)
         self.app = app

@@ -7,22 +7,11 @@ import inspect
 
 from fastapi.routing import APIRoute
 
-from backend.ui.routes import (
-    account,
-    admin,
-    models,
-    objectives,
-    overview,
-    policies,
-    samples,
-    signin,
-    whatif,
-)
+from backend.ui.app import ROUTE_MODULES
 
 
 def test_every_console_route_runs_in_the_thread_pool() -> None:
-    modules = (signin, overview, models, samples, policies, objectives, whatif, admin, account)
-    routes = [r for m in modules for r in m.router.routes if isinstance(r, APIRoute)]
+    routes = [r for m in ROUTE_MODULES for r in m.router.routes if isinstance(r, APIRoute)]
     posts = [r for r in routes if "POST" in r.methods]
     assert len(posts) >= 8  # sign-in, sign-out, policies, objectives, what-if, admin
     on_loop = [r.path for r in routes if inspect.iscoroutinefunction(r.endpoint)]
