@@ -73,6 +73,26 @@ class TrainingSettings(BaseModel):
     gate_min_test: int = Field(
         10, ge=0, description="Below this many held-out rows the gate cannot judge; newest wins."
     )
+    gate_drift_factor: float = Field(
+        2.0,
+        gt=1,
+        description="Drift: when the active model's live error (from the predicted_*_ms the "
+        "router sends back, on rows newer than its training) exceeds this multiple of its "
+        "held-out error, the next candidate replaces it regardless of the comparison.",
+    )
+    outlier_factor: float = Field(
+        3.0,
+        gt=1,
+        description="A sample whose latency is more than this factor above or below the active "
+        "model's prediction is an outlier: kept and counted, but trained on only once its shift "
+        "has held for shift_hold_s (the flood rule, docs/design.md).",
+    )
+    shift_hold_s: float = Field(
+        120.0,
+        ge=0,
+        description="How long (and over at least two training rounds) a majority of new "
+        "samples must stay outliers before they count as a new regime and train.",
+    )
     lock_timeout_s: float = Field(
         30.0,
         gt=0,

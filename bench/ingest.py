@@ -27,9 +27,9 @@ from sqlalchemy.engine import make_url
 
 from backend import migrate
 from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.predictor.window import WindowSpec
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import build_rows, write_rows
-from backend.samples.window import WindowSpec
 from backend.settings import WindowSettings
 
 BATCH = 1000

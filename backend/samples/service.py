@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
+from backend.predictor.window import WindowSpec
+from backend.samples import repository
 from backend.samples.models import SAMPLE_COLUMNS, WINDOW_FEATURES, Sample, TargetCode
 from backend.samples.schemas import (
     POD_TYPE_CODES,
@@ -23,7 +25,6 @@ from backend.samples.schemas import (
     TrainingEntry,
     WindowStats,
 )
-from backend.samples.window import WindowSpec
 
 Row = tuple[Any, ...]
 
@@ -159,18 +160,8 @@ def trim_window(session: Session, pool_id: int, target: TargetCode, cap: int) ->
     return deleted
 
 
-def bucket_counts(session: Session, pool_id: int) -> dict[tuple[int, int, bool], int]:
-    """(target, bucket, is_test) -> rows stored."""
-    result = session.execute(
-        select(Sample.target, Sample.bucket, Sample.is_test, func.count())
-        .where(Sample.pool_id == pool_id)
-        .group_by(Sample.target, Sample.bucket, Sample.is_test)
-    )
-    return {(t, b, bool(s)): n for t, b, s, n in result}
-
-
 def window_stats(session: Session, pool: str, pool_id: int, spec: WindowSpec) -> WindowStats:
-    counts = bucket_counts(session, pool_id)
+    counts = repository.bucket_counts(session, pool_id)
     targets: dict[str, TargetStats] = {}
     for target in TargetCode:
         per_bucket: dict[int, list[int]] = {}
