@@ -86,6 +86,20 @@ def live_error(labels: npt.ArrayLike, predicted: npt.ArrayLike) -> LiveError | N
     return LiveError(int(keep.sum()), float(np.mean(np.abs(pred[keep] - true[keep]) / true[keep])))
 
 
+def drift(
+    live: LiveError | None, active_held_out_mape: float | None, rules: GateRules
+) -> str | None:
+    """Rule 4: the reason, when the active model's live error says the traffic has moved on."""
+    if live is None or active_held_out_mape is None or live.n < rules.min_test:
+        return None
+    if live.mape <= rules.drift_factor * max(active_held_out_mape, 1e-9):
+        return None
+    return (
+        f"drift: live MAPE {live.mape:.4f} on {live.n} rows > {rules.drift_factor:g} x "
+        f"the active model's held-out {active_held_out_mape:.4f}"
+    )
+
+
 def judge(
     candidate_held_out_error: float | None,
     labels: FloatArray,
@@ -93,33 +107,22 @@ def judge(
     active_pred: FloatArray | None,
     rules: GateRules,
     *,
-    active_held_out_mape: float | None = None,
-    live: LiveError | None = None,
+    drifted: str | None = None,
     rows_note: str = "",
 ) -> GateDecision:
     """Decide on a candidate.
 
     `labels`, `candidate_pred` and `active_pred` are the scoring rows (held-out, chosen by the
     caller, e.g. the newest ones); `candidate_held_out_error` is the candidate's error on its
-    whole held-out set (None when it had none), `active_held_out_mape` the active model's
-    recorded held-out MAPE, and `live` its error in service (rule 4). `rows_note` says which rows
-    were scored, for the recorded reason.
+    whole held-out set (None when it had none); `drifted` is rule 4's reason when it fired.
+    `rows_note` says which rows were scored, for the recorded reason.
     """
     if candidate_held_out_error is not None and not math.isfinite(candidate_held_out_error):
         return GateDecision(False, "held-out error is not finite")
     if active_pred is None:
         return GateDecision(True, "first model of this target (or none comparable)")
-    if (
-        live is not None
-        and active_held_out_mape is not None
-        and live.n >= rules.min_test
-        and live.mape > rules.drift_factor * max(active_held_out_mape, 1e-9)
-    ):
-        return GateDecision(
-            True,
-            f"drift: live MAPE {live.mape:.4f} on {live.n} rows > {rules.drift_factor:g} x "
-            f"the active model's held-out {active_held_out_mape:.4f}",
-        )
+    if drifted is not None:
+        return GateDecision(True, drifted)
     if candidate_held_out_error is None or labels.size < rules.min_test:
         return GateDecision(
             True, f"fewer than {rules.min_test} held-out rows: the newest model wins"
@@ -169,6 +172,8 @@ class Shift:
 
     since: float | None
     rounds: int = 0
+    from_id: int = 0
+    """The newest row id before the shift began: once established, older rows stop training."""
 
 
 def outliers(labels: FloatArray, active_pred: FloatArray, factor: float) -> npt.NDArray[np.bool_]:
@@ -179,7 +184,11 @@ def outliers(labels: FloatArray, active_pred: FloatArray, factor: float) -> npt.
 
 
 def next_shift(
-    previous: Shift, new_outlier_share: float | None, now: float, rules: ShiftRules
+    previous: Shift,
+    new_outlier_share: float | None,
+    now: float,
+    rules: ShiftRules,
+    before_id: int = 0,
 ) -> Shift:
     """Carry the shift state into this round. A round without new rows changes nothing; a round
     whose new rows are mostly ordinary ends the shift (a burst has passed)."""
@@ -188,8 +197,8 @@ def next_shift(
     if new_outlier_share < rules.majority:
         return Shift(None, 0)
     if previous.since is None:
-        return Shift(now, 1)
-    return Shift(previous.since, previous.rounds + 1)
+        return Shift(now, 1, before_id)
+    return Shift(previous.since, previous.rounds + 1, previous.from_id)
 
 
 def established(shift: Shift, now: float, rules: ShiftRules) -> bool:
@@ -219,6 +228,9 @@ class Active:
     max_id: int
     """The newest row id it was trained on."""
     held_out_mape: float | None
+    from_id: int = 0
+    """Rows up to this id predate a change of regime (drift or an established shift) and no
+    longer train."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +240,8 @@ class Round:
     shift: Shift
     n_outliers: int
     """Window rows far outside the active model's prediction (kept, and counted)."""
+    from_id: int = 0
+    """The candidate trained only on rows newer than this (see `Active.from_id`)."""
 
 
 def train_round(
@@ -252,61 +266,85 @@ def train_round(
     ValueError when no usable training row is left (the caller stores nothing then).
     """
     labels = rows.labels
-    use = np.ones(labels.shape, dtype=np.bool_)
-    active_all: FloatArray | None = None
-    shift, n_out, held_back = Shift(None), 0, ""
-    if active is not None:
-        active_all = np.asarray(predict_columns(active.model, target, rows.cols), dtype=np.float64)
-        out = outliers(labels, active_all, shift_rules.outlier_factor) & (labels > 0)
-        n_out = int(out.sum())
-        new = rows.ids > last_trained_max_id
-        share = float(out[new].mean()) if new.any() else None
-        shift = next_shift(previous, share, now, shift_rules)
-        if n_out and not established(shift, now, shift_rules):
-            use = ~out
+    if active is None:
+        result = _fit(
+            target, rows, np.ones(labels.shape, dtype=np.bool_), kind, objective, quantile, params
+        )
+        error = result.metrics.mape if result.metrics else None
+        decision = judge(error, labels[:0], labels[:0], None, rules)
+        return Round(result, decision, Shift(None), 0)
+    active_all = np.asarray(predict_columns(active.model, target, rows.cols), dtype=np.float64)
+    out = outliers(labels, active_all, shift_rules.outlier_factor) & (labels > 0)
+    n_out = int(out.sum())
+    new = rows.ids > last_trained_max_id
+    share = float(out[new].mean()) if new.any() else None
+    shift = next_shift(previous, share, now, shift_rules, last_trained_max_id)
+    from_id, held_back, drifted = active.from_id, "", None
+    if established(shift, now, shift_rules):
+        # A regime, not a burst: the rows since it began train, outliers included.
+        from_id = max(from_id, shift.from_id)
+        use = rows.ids > from_id
+        held_s = now - (shift.since or now)
+        drifted = (
+            f"shift held {held_s:.0f} s over {shift.rounds} rounds ({n_out} outlier rows): "
+            "a new regime"
+        )
+    else:
+        use = (rows.ids > from_id) & ~out
+        if n_out:
             held_back = (
                 f"; {n_out} outlier rows kept out of training until their shift has held "
                 f"{shift_rules.hold_s:g} s over 2 rounds"
             )
-    cols = {name: np.asarray(col)[use] for name, col in rows.cols.items()}
-    result = train_target(
-        target,
-        cols,
-        labels[use],
-        rows.is_test[use],
-        kind=kind,
-        objective=objective,
-        quantile=quantile,
-        params=params,
-    )
-    if active is None or active_all is None:
-        decision = judge(
-            result.metrics.mape if result.metrics else None, labels[:0], labels[:0], None, rules
-        )
-        return Round(result, decision, shift, n_out)
+        if rows.predicted is not None:
+            since = use & (rows.ids > active.max_id)
+            drifted = drift(
+                live_error(labels[since], rows.predicted[since]), active.held_out_mape, rules
+            )
+            if drifted is not None and int(since.sum()) >= rules.min_test:
+                # The rows before the active model's training no longer describe the pods.
+                from_id = active.max_id
+                use &= rows.ids > from_id
+    result = _fit(target, rows, use, kind, objective, quantile, params)
     scored = use & rows.is_test & (labels > 0)
     fresh = newest(rows.ids[scored], active.max_id, rules.min_test)
     note = "newest " if not fresh.all() else ""
     mask = np.flatnonzero(scored)[fresh]
-    if held_back and mask.size < rules.min_test:
+    if held_back and drifted is None and mask.size < rules.min_test:
         # Most of the window is outliers: a candidate of the few ordinary rows is no evidence.
         reason = f"fewer than {rules.min_test} ordinary held-out rows to judge by{held_back}"
-        return Round(result, GateDecision(False, reason), shift, n_out)
+        return Round(result, GateDecision(False, reason), shift, n_out, from_id)
     held = {name: np.asarray(col)[mask] for name, col in rows.cols.items()}
-    live = None
-    if rows.predicted is not None:
-        since = use & (rows.ids > active.max_id)
-        live = live_error(labels[since], rows.predicted[since])
     decision = judge(
         result.metrics.mape if result.metrics else None,
         labels[mask],
         np.asarray(predict_columns(result.model, target, held), dtype=np.float64),
         active_all[mask],
         rules,
-        active_held_out_mape=active.held_out_mape,
-        live=live,
+        drifted=drifted,
         rows_note=note,
     )
     if held_back:
         decision = GateDecision(decision.activate, decision.reason + held_back)
-    return Round(result, decision, shift, n_out)
+    return Round(result, decision, shift, n_out, from_id)
+
+
+def _fit(
+    target: Target,
+    rows: WindowRows,
+    use: npt.NDArray[np.bool_],
+    kind: Kind,
+    objective: LossObjective,
+    quantile: float,
+    params: TrainParams | None,
+) -> TrainResult:
+    return train_target(
+        target,
+        {name: np.asarray(col)[use] for name, col in rows.cols.items()},
+        rows.labels[use],
+        rows.is_test[use],
+        kind=kind,
+        objective=objective,
+        quantile=quantile,
+        params=params,
+    )

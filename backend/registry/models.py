@@ -51,6 +51,9 @@ class ModelVersion(Base):
     n_outliers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     shift_since: Mapped[datetime | None] = mapped_column()
     shift_rounds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    shift_from_id: Mapped[int] = mapped_column(BigId, default=0, server_default="0")
+    # Rows up to this id predate a change of regime and did not train this version.
+    trained_from_id: Mapped[int] = mapped_column(BigId, default=0, server_default="0")
     artifact: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
     artifact_bytes: Mapped[int] = mapped_column(Integer)
 

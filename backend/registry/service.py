@@ -54,7 +54,7 @@ def latest_version(session: Session, pool_id: int, target: TargetCode) -> ModelV
 def shift_of(version: ModelVersion | None) -> Shift:
     if version is None or version.shift_since is None:
         return Shift(None, 0)
-    return Shift(version.shift_since.timestamp(), version.shift_rounds)
+    return Shift(version.shift_since.timestamp(), version.shift_rounds, version.shift_from_id)
 
 
 def store_version(
@@ -89,6 +89,8 @@ def store_version(
         n_outliers=rnd.n_outliers,
         shift_since=None if since is None else datetime.fromtimestamp(since, UTC),
         shift_rounds=rnd.shift.rounds,
+        shift_from_id=rnd.shift.from_id,
+        trained_from_id=rnd.from_id,
     )
     session.add(version)
     session.flush()

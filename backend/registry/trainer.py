@@ -123,7 +123,10 @@ class Trainer:
         if active is not None and active_model is not None:
             mape = active.metrics.get("mape") if active.metrics else None
             comparable = gate.Active(
-                active_model, active.window_max_id, float(mape) if mape is not None else None
+                active_model,
+                active.window_max_id,
+                float(mape) if mape is not None else None,
+                active.trained_from_id,
             )
         # No session is held while fitting: training may take seconds.
         try:

@@ -11,7 +11,9 @@ from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.errors import validate_body
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.service import openapi_body
+from backend.registry import service as registry
 from backend.samples import service
+from backend.samples.models import TargetCode
 from backend.samples.offload import BODIES, BodyKind
 from backend.samples.schemas import IngestResult, SamplesBulk, TrainingEntry, WindowStats
 
@@ -88,4 +90,10 @@ def get_stats(
 ) -> WindowStats:
     """Samples stored per bucket and the train/test totals of each target's window."""
     pool_id = runtime.pools.resolve(session, pool)
-    return service.window_stats(session, pool, pool_id, runtime.window)
+    stats = service.window_stats(session, pool, pool_id, runtime.window)
+    for target in TargetCode:
+        latest = registry.latest_version(session, pool_id, target)
+        if latest is not None:
+            counted = stats.targets[target.label]
+            counted.outliers, counted.shift_since = latest.n_outliers, latest.shift_since
+    return stats

@@ -118,6 +118,15 @@ class TargetStats(BaseModel):
     train: int
     test: int
     buckets: list[BucketCount]
+    outliers: int = Field(
+        0,
+        description="At the last training: window rows whose latency is more than "
+        "training.outlier_factor away from the active model's prediction. Kept, but they train "
+        "only once their shift has held (docs/design.md, the flood rule).",
+    )
+    shift_since: datetime | None = Field(
+        None, description="Since when most new rows have been outliers (none: no shift)."
+    )
 
 
 class WindowStats(BaseModel):

@@ -170,7 +170,7 @@ class OnlinePredictor:
         mape = result.metrics.mape if result.metrics is not None else None
         if decision.activate:
             self.models[target] = result.model
-            self._active[target] = gate.Active(result.model, int(ids.max()), mape)
+            self._active[target] = gate.Active(result.model, int(ids.max()), mape, rnd.from_id)
         self.history.append(
             FitRecord(
                 now,

@@ -28,6 +28,16 @@ def upgrade() -> None:
         "model_versions",
         sa.Column("shift_rounds", sa.Integer(), nullable=False, server_default="0"),
     )
+    for name in ("shift_from_id", "trained_from_id"):
+        op.add_column(
+            "model_versions",
+            sa.Column(
+                name,
+                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+                nullable=False,
+                server_default="0",
+            ),
+        )
     op.create_table(
         "window_flushes",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -57,6 +67,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_window_flushes_pool", table_name="window_flushes")
     op.drop_table("window_flushes")
+    op.drop_column("model_versions", "trained_from_id")
+    op.drop_column("model_versions", "shift_from_id")
     op.drop_column("model_versions", "shift_rounds")
     op.drop_column("model_versions", "shift_since")
     op.drop_column("model_versions", "n_outliers")
