@@ -124,6 +124,13 @@ class AuthSettings(BaseModel):
         "open even when tokens are required: the llm-d EPP sends no credentials, so they must be "
         "reachable only from its trusted network (NetworkPolicy). False requires tokens there too.",
     )
+    trust_upstream_flush: bool = Field(
+        True,
+        description="Let the token-less upstream POST /flush (root and /pools/{pool}/flush) "
+        "follow trust_upstream_routes. Flushing is destructive: set false to require an "
+        "editor's admin-scope token there even when the other upstream routes are trusted "
+        "(the EPP itself never calls /flush).",
+    )
 
 
 class UISettings(BaseModel):

@@ -178,3 +178,14 @@ def list_versions(
 
 def pool_names(session: Session) -> dict[int, str]:
     return {pool_id: name for pool_id, name in session.execute(select(Pool.id, Pool.name))}
+
+
+def version_counts(session: Session, pool_id: int) -> dict[TargetCode, tuple[int, datetime | None]]:
+    """Per target: how many versions were trained, and when the newest was stored."""
+    rows = session.execute(
+        select(ModelVersion.target, func.count(), func.max(ModelVersion.created_at))
+        .where(ModelVersion.pool_id == pool_id)
+        .group_by(ModelVersion.target)
+    )
+    found = {TargetCode(t): (int(n), at) for t, n, at in rows}
+    return {t: found.get(t, (0, None)) for t in TargetCode}

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.predictor.gate import WindowRows
-from backend.samples.models import WINDOW_FEATURES, Sample, TargetCode
+from backend.samples.models import WINDOW_FEATURES, Sample, TargetCode, WindowFlush
 from backend.samples.schemas import POD_TYPE_NAMES
 
 assert POD_TYPE_NAMES[0] == ""  # pod_type is stored as its code, which is what features expect
@@ -146,3 +146,15 @@ def arrivals_since(session: Session, cutoff: datetime, limit: int) -> dict[int, 
 
 def observed_at(session: Session, sample_id: int) -> datetime | None:
     return session.scalar(select(Sample.observed_at).where(Sample.id == sample_id))
+
+
+def flushes(session: Session, pool_id: int, limit: int = 20) -> list[WindowFlush]:
+    """The audit trail of a pool's window flushes, newest first."""
+    return list(
+        session.scalars(
+            select(WindowFlush)
+            .where(WindowFlush.pool_id == pool_id)
+            .order_by(WindowFlush.id.desc())
+            .limit(limit)
+        )
+    )

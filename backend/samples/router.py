@@ -5,17 +5,24 @@ import asyncio
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from backend.auth.deps import ActorDep, scope
+from backend.auth.deps import ActorDep, EditorDep, scope
 from backend.db import unit_of_work
 from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.errors import validate_body
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.service import openapi_body
 from backend.registry import service as registry
-from backend.samples import service
-from backend.samples.models import TargetCode
+from backend.samples import repository, service
+from backend.samples.models import TargetCode, WindowFlush
 from backend.samples.offload import BODIES, BodyKind
-from backend.samples.schemas import IngestResult, SamplesBulk, TrainingEntry, WindowStats
+from backend.samples.schemas import (
+    IngestResult,
+    SamplesBulk,
+    TrainingEntry,
+    WindowFlushRead,
+    WindowFlushRequest,
+    WindowStats,
+)
 
 router = APIRouter(prefix="/v1/samples", tags=["samples"])
 
@@ -97,3 +104,50 @@ def get_stats(
             counted = stats.targets[target.label]
             counted.outliers, counted.shift_since = latest.n_outliers, latest.shift_since
     return stats
+
+
+def _flush_read(record: WindowFlush, pool: str) -> WindowFlushRead:
+    return WindowFlushRead(
+        id=record.id,
+        pool=pool,
+        flushed_at=record.flushed_at,
+        flushed_by=record.flushed_by,
+        reason=record.reason,
+        older_than=record.older_than,
+        ttft_removed=record.ttft_removed,
+        tpot_removed=record.tpot_removed,
+    )
+
+
+@router.post("/flush", response_model=WindowFlushRead)
+def flush_window(
+    body: WindowFlushRequest,
+    runtime: RuntimeDep,
+    actor: EditorDep,
+    pool: str = PoolQuery,
+) -> WindowFlushRead:
+    """Empty a pool's window (or only rows observed before `older_than`), e.g. after a vLLM
+    upgrade or a new GPU type. The active models keep serving until new samples train a
+    successor. Recorded with who, when, why and how many rows went."""
+    with unit_of_work(runtime.sessions) as session:
+        pool_id = runtime.pools.resolve(session, pool)
+        done = service.flush_window(
+            session, pool_id, actor.name, body.reason, older_than=body.older_than
+        )
+        record = session.get(WindowFlush, done.record_id)
+        assert record is not None
+        return _flush_read(record, pool)
+
+
+@router.get("/flushes", response_model=list[WindowFlushRead])
+def list_flushes(
+    runtime: RuntimeDep,
+    session: SessionDep,
+    _: ActorDep,
+    pool: str = PoolQuery,
+    limit: int = Query(20, ge=1, le=1000),
+) -> list[WindowFlushRead]:
+    """The audit trail of a pool's window flushes (console, /v1 and upstream /flush), newest
+    first."""
+    pool_id = runtime.pools.resolve(session, pool)
+    return [_flush_read(r, pool) for r in repository.flushes(session, pool_id, limit)]
