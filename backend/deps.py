@@ -22,6 +22,7 @@ from backend.registry.notify import LocalNotifier, Notifier, RedisNotifier
 from backend.registry.sync import StoreSync
 from backend.routing.service import PolicyCache
 from backend.samples.offload import IngestPool
+from backend.samples.ratelimit import IngestLimiter
 from backend.settings import Settings
 from backend.telemetry import Telemetry
 
@@ -58,6 +59,10 @@ class Runtime:
             local = LocalNotifier()
             local.subscribe(self.sync)
             self.notifier = local
+
+    @cached_property
+    def ingest_limiter(self) -> IngestLimiter:
+        return IngestLimiter(self.settings.ingest, self.settings.redis_url)
 
     @cached_property
     def window(self) -> WindowSpec:

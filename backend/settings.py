@@ -222,6 +222,17 @@ class IngestSettings(BaseModel):
         "predictions for the API process's GIL. 0 stores in the API process (as the embedded "
         "mode always does).",
     )
+    client_bytes_per_s: int = Field(
+        8_000_000,
+        ge=0,
+        description="Ingestion a single client address may send, in request-body bytes per "
+        "second averaged over client_window_s (429 with Retry-After beyond). The EPP sends at "
+        "most 10,000 entries (3-4 MB) a second whatever its pod count: the default is twice "
+        "that. 0 turns the limit off. Shared through Redis in production.",
+    )
+    client_window_s: int = Field(
+        2, ge=1, le=3600, description="The sliding window of client_bytes_per_s, in seconds."
+    )
 
 
 class Settings(BaseSettings):

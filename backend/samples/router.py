@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from backend.auth.deps import ActorDep, EditorDep, scope
@@ -38,8 +38,16 @@ async def ingest_request(
     request: Request, runtime: Runtime, pool: str, kind: BodyKind
 ) -> service.Ingested:
     """Validate and store a request's batch, committed before the caller answers:
-    acknowledged means durable. Raises what the route answers: 422, 404 or 503."""
+    acknowledged means durable. Raises what the route answers: 422, 404, 429 or 503."""
     raw = await request.body()
+    client = request.client.host if request.client is not None else "unknown"
+    wait = await runtime.ingest_limiter.admit(client, len(raw))
+    if wait is not None:
+        raise HTTPException(
+            429,
+            f"ingestion from {client} is over its rate limit; retry in {wait:.0f} s",
+            headers={"Retry-After": f"{wait:.0f}"},
+        )
     if runtime.ingest_pool is not None:
         done = await runtime.ingest_pool.store(raw, kind, pool)
     else:
