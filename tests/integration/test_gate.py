@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
 from backend.predictor.regressors import TrainParams
@@ -18,8 +19,19 @@ from backend.sim.entries import prediction_requests, training_entries
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
 from tests.conftest import redis_url_for_tests
+from tests.integration.conftest import production_settings
 
 PROFILE = load_profile("a100-llama3-8b")
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    """Production settings without the per-address ingestion limit: these tests post floods
+    from one test client on purpose (the limit has its own tests)."""
+    base = production_settings(database_url)
+    return base.model_copy(
+        update={"ingest": base.ingest.model_copy(update={"client_bytes_per_s": 0})}
+    )
 
 
 def rows(n: int, seed: int, scale: float = 1.0) -> dict[str, Any]:
@@ -126,15 +138,20 @@ def _with(settings: Settings, **training: Any) -> Settings:
     )
 
 
-def test_a_burst_of_outliers_is_counted_and_kept_but_does_not_take_the_model(
-    client: TestClient, settings: Settings
-) -> None:
-    t = trainer(client, _with(settings, shift_hold_s=120.0))
+def _trained(client: TestClient, settings: Settings) -> tuple[Trainer, float]:
+    """A trainer with `settings`, two rounds of honest traffic, and the probe's value then."""
+    t = trainer(client, settings)
     for seed in range(2):
         ingest(client, rows(3000, seed=seed))
         t.run_once()
     client.post("/reload")
-    before = _probe(client)
+    return t, _probe(client)
+
+
+def test_a_burst_of_outliers_is_counted_and_kept_but_does_not_take_the_model(
+    client: TestClient, settings: Settings
+) -> None:
+    t, before = _trained(client, _with(settings, shift_hold_s=120.0))
     # 20,000 rows 80 times slower than the pods are, in one go: with a cap of 100 per bucket
     # they push most honest rows out of the window.
     ingest(client, rows(20_000, seed=7, scale=80.0))
@@ -154,12 +171,7 @@ def test_a_burst_of_outliers_is_counted_and_kept_but_does_not_take_the_model(
 def test_a_sustained_shift_of_many_pods_is_followed_once_it_has_held(
     client: TestClient, settings: Settings
 ) -> None:
-    t = trainer(client, _with(settings, shift_hold_s=0.0))
-    for seed in range(2):
-        ingest(client, rows(3000, seed=seed))
-        t.run_once()
-    client.post("/reload")
-    before = _probe(client)
+    t, before = _trained(client, _with(settings, shift_hold_s=0.0))
     reasons = []
     for seed in range(3):  # five times slower, round after round: a new regime
         ingest(client, rows(3000, seed=30 + seed, scale=5.0))
