@@ -115,16 +115,8 @@ def get_stats(
 
 
 def _flush_read(record: WindowFlush, pool: str) -> WindowFlushRead:
-    return WindowFlushRead(
-        id=record.id,
-        pool=pool,
-        flushed_at=record.flushed_at,
-        flushed_by=record.flushed_by,
-        reason=record.reason,
-        older_than=record.older_than,
-        ttft_removed=record.ttft_removed,
-        tpot_removed=record.tpot_removed,
-    )
+    names = [name for name in WindowFlushRead.model_fields if name != "pool"]
+    return WindowFlushRead(pool=pool, **{name: getattr(record, name) for name in names})
 
 
 @router.post("/flush", response_model=WindowFlushRead)
