@@ -130,8 +130,8 @@ def test_a_flood_of_poisoned_samples_does_not_move_the_model(
         started = time.monotonic()
         with ThreadPoolExecutor(12) as pool:
             answers = list(pool.map(lambda b: _post_alone(api, b), flood))
-        # How long the server took to take it all in: about 2 s on an idle machine, more on a
-        # loaded one; the flood is over before any training round could see it settle.
+        # How long the server took to take it all in: a few seconds, longer on a loaded
+        # machine. Training rounds (every second here) run during the flood and after it.
         burst_s = time.monotonic() - started
         assert answers == [202] * 12  # all of it stored: it pushes honest rows out
         # The EPP goes on posting honest samples; the model must stay put for over a minute.
