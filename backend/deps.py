@@ -16,12 +16,13 @@ from starlette.concurrency import run_in_threadpool
 from backend.auth.tokens import TokenCache
 from backend.pools.service import PoolCache
 from backend.predictor.serving import ModelStore
+from backend.predictor.window import WindowSpec
 from backend.registry.failures import FailureCounter, LocalFailures, RedisFailures
 from backend.registry.notify import LocalNotifier, Notifier, RedisNotifier
 from backend.registry.sync import StoreSync
 from backend.routing.service import PolicyCache
 from backend.samples.offload import IngestPool
-from backend.samples.window import WindowSpec
+from backend.samples.ratelimit import IngestLimiter
 from backend.settings import Settings
 from backend.telemetry import Telemetry
 
@@ -58,6 +59,10 @@ class Runtime:
             local = LocalNotifier()
             local.subscribe(self.sync)
             self.notifier = local
+
+    @cached_property
+    def ingest_limiter(self) -> IngestLimiter:
+        return IngestLimiter(self.settings.ingest, self.settings.redis_url)
 
     @cached_property
     def window(self) -> WindowSpec:

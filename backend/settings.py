@@ -73,6 +73,26 @@ class TrainingSettings(BaseModel):
     gate_min_test: int = Field(
         10, ge=0, description="Below this many held-out rows the gate cannot judge; newest wins."
     )
+    gate_drift_factor: float = Field(
+        2.0,
+        gt=1,
+        description="Drift: when the active model's live error (from the predicted_*_ms the "
+        "router sends back, on rows newer than its training) exceeds this multiple of its "
+        "held-out error, the next candidate replaces it regardless of the comparison.",
+    )
+    outlier_factor: float = Field(
+        3.0,
+        gt=1,
+        description="A sample whose latency is more than this factor above or below the active "
+        "model's prediction is an outlier: kept and counted, but trained on only once its shift "
+        "has held for shift_hold_s (the flood rule, docs/design.md).",
+    )
+    shift_hold_s: float = Field(
+        120.0,
+        ge=0,
+        description="How long (and over at least two training rounds) a majority of new "
+        "samples must stay outliers before they count as a new regime and train.",
+    )
     lock_timeout_s: float = Field(
         30.0,
         gt=0,
@@ -103,6 +123,13 @@ class AuthSettings(BaseModel):
         description="Leave the upstream-compatible routes (/add_training_data_bulk, /predict/...) "
         "open even when tokens are required: the llm-d EPP sends no credentials, so they must be "
         "reachable only from its trusted network (NetworkPolicy). False requires tokens there too.",
+    )
+    trust_upstream_flush: bool = Field(
+        True,
+        description="Let the token-less upstream POST /flush (root and /pools/{pool}/flush) "
+        "follow trust_upstream_routes. Flushing is destructive: set false to require an "
+        "editor's admin-scope token there even when the other upstream routes are trusted "
+        "(the EPP itself never calls /flush).",
     )
 
 
@@ -194,6 +221,17 @@ class IngestSettings(BaseModel):
         "ingestion batches in production mode, so that this CPU work does not compete with "
         "predictions for the API process's GIL. 0 stores in the API process (as the embedded "
         "mode always does).",
+    )
+    client_bytes_per_s: int = Field(
+        8_000_000,
+        ge=0,
+        description="Ingestion a single client address may send, in request-body bytes per "
+        "second averaged over client_window_s (429 with Retry-After beyond). The EPP sends at "
+        "most 10,000 entries (3-4 MB) a second whatever its pod count: the default is twice "
+        "that. 0 turns the limit off. Shared through Redis in production.",
+    )
+    client_window_s: int = Field(
+        2, ge=1, le=3600, description="The sliding window of client_bytes_per_s, in seconds."
     )
 
 

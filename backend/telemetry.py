@@ -20,11 +20,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.pools.models import Pool
 from backend.predictor.serving import ModelStore
+from backend.predictor.window import WindowSpec
 from backend.registry.failures import FailureCounter
 from backend.registry.models import ModelVersion
 from backend.samples.models import Sample, TargetCode
-from backend.samples.service import bucket_counts
-from backend.samples.window import WindowSpec
+from backend.samples.repository import bucket_counts
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -35,12 +35,12 @@ from backend.auth.service import create_user
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.pools.service import ensure_default_pool
 from backend.predictor.training import train_target
+from backend.predictor.window import WindowSpec
 from backend.registry.models import ActiveModel, ModelVersion
-from backend.registry.service import read_window
 from backend.samples.models import TargetCode
+from backend.samples.repository import read_window
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
-from backend.samples.window import WindowSpec
 from backend.settings import Settings, TrainingSettings, WindowSettings
 from backend.sim.entries import training_entries
 

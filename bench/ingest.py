@@ -27,9 +27,9 @@ from sqlalchemy.engine import make_url
 
 from backend import migrate
 from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.predictor.window import WindowSpec
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import build_rows, write_rows
-from backend.samples.window import WindowSpec
 from backend.settings import WindowSettings
 
 BATCH = 1000
@@ -135,6 +135,8 @@ def main() -> None:
         # Production mode: no in-process trimmer competing with ingestion in this process.
         "HEADROOM_REDIS_URL": "redis://127.0.0.1:6379/15",
         "HEADROOM_LOG_LEVEL": "warning",
+        # The capacity of ingestion from one client, not its per-client rate limit.
+        "HEADROOM_INGEST__CLIENT_BYTES_PER_S": "0",
     }
     with tempfile.TemporaryDirectory() as tmp, headroom_process(env, Path(tmp)) as (api, _):
         post_batches(api, bodies[:5], 1)  # warm-up: connections, imports, plan caches

@@ -28,15 +28,15 @@ from _common import bench_database_url, headroom_process, machine, recreate_data
 
 from backend import migrate
 from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.predictor.window import WindowSpec
 from backend.registry.locks import LocalLocks
 from backend.registry.models import ModelVersion
 from backend.registry.notify import LocalNotifier
-from backend.registry.service import read_window
 from backend.registry.trainer import Trainer
 from backend.samples.models import TargetCode
+from backend.samples.repository import read_window
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
-from backend.samples.window import WindowSpec
 from backend.settings import Settings
 from backend.sim.entries import training_entries
 from backend.sim.gpu import load_profile

@@ -46,6 +46,14 @@ class ModelVersion(Base):
     training_started_at: Mapped[datetime] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     activated_at: Mapped[datetime | None] = mapped_column()
+    # The flood rule's state after this round (backend/predictor/gate.py): window rows far
+    # outside the active model, and since when (over how many rounds) new rows mostly were.
+    n_outliers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    shift_since: Mapped[datetime | None] = mapped_column()
+    shift_rounds: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    shift_from_id: Mapped[int] = mapped_column(BigId, default=0, server_default="0")
+    # Rows up to this id predate a change of regime and did not train this version.
+    trained_from_id: Mapped[int] = mapped_column(BigId, default=0, server_default="0")
     artifact: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
     artifact_bytes: Mapped[int] = mapped_column(Integer)
 

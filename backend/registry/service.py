@@ -1,4 +1,7 @@
-"""The model registry: reading a training window, storing versions, the quality gate, activation.
+"""The model registry: storing versions with the promotion gate's decision, and activation.
+
+The gate itself is `backend/predictor/gate.py` (pure, shared with the simulator); the window is
+read through `backend/samples/repository.py`.
 
 Services never commit; `backend/registry/trainer.py` owns the units of work around them.
 """
@@ -10,85 +13,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.exceptions import NotFound
 from backend.pools.models import Pool
-from backend.predictor.evaluation import evaluate
+from backend.predictor.gate import Round, Shift
 from backend.predictor.regressors import LatencyModel, load_model
-from backend.predictor.training import TrainResult, predict_columns
 from backend.registry.models import ActiveModel, ModelVersion
 from backend.registry.notify import Notifier
-from backend.samples.models import WINDOW_FEATURES, Sample, TargetCode
-from backend.samples.schemas import POD_TYPE_NAMES
-from backend.settings import TrainingSettings
+from backend.samples.models import TargetCode
 from backend.transactions import after_commit, write
-
-_WINDOW_SELECT = (
-    f"SELECT {', '.join(WINDOW_FEATURES)}, latency_ms, is_test, id, pod_class FROM samples"
-)
-
-assert POD_TYPE_NAMES[0] == ""  # pod_type is stored as its code, which is what features expect
-
-
-@dataclass(frozen=True)
-class Window:
-    cols: dict[str, npt.NDArray[Any]]
-    labels: npt.NDArray[np.float64]
-    is_test: npt.NDArray[np.bool_]
-    max_id: int
-
-    @property
-    def n(self) -> int:
-        return int(self.labels.shape[0])
-
-
-def read_window(session: Session, pool_id: int, target: TargetCode) -> Window:
-    """Every row of a (pool, target) window as columns (call after trimming)."""
-    return _read(session, pool_id, target)
-
-
-def _read(session: Session, pool_id: int, target: TargetCode, where: str = "") -> Window:
-    """Window rows as columns, through the raw DB-API cursor: plain tuples straight into numpy
-    are several times faster than building SQLAlchemy rows for 100,000 samples. The ids are
-    ints we own, so formatting them into the statement is safe (and sidesteps the drivers'
-    paramstyles); `where` is SQL of this module's own making."""
-    cursor = session.connection().connection.cursor()
-    try:
-        cursor.execute(
-            f"{_WINDOW_SELECT} WHERE pool_id = {int(pool_id)} AND target = {int(target)}{where}"
-        )
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    width = len(WINDOW_FEATURES) + 3
-    # The pod class is the only text column: split it off before the numeric conversion.
-    classes = np.array([r[-1] for r in rows], dtype=object)
-    data = np.array([r[:-1] for r in rows], dtype=np.float64).reshape(len(rows), width)
-    cols: dict[str, npt.NDArray[Any]] = {n: data[:, i] for i, n in enumerate(WINDOW_FEATURES)}
-    cols["pod_class"] = classes
-    n = len(WINDOW_FEATURES)
-    max_id = int(data[:, n + 2].max()) if len(rows) else 0
-    return Window(cols, data[:, n], data[:, n + 1].astype(bool), max_id)
-
-
-def window_max_id(session: Session, pool_id: int, target: TargetCode) -> int:
-    value = session.scalar(
-        select(func.max(Sample.id)).where(Sample.pool_id == pool_id, Sample.target == int(target))
-    )
-    return int(value or 0)
-
-
-def window_size(session: Session, pool_id: int, target: TargetCode) -> int:
-    value = session.scalar(
-        select(func.count())
-        .select_from(Sample)
-        .where(Sample.pool_id == pool_id, Sample.target == int(target))
-    )
-    return int(value or 0)
 
 
 def last_trained_max_id(session: Session, pool_id: int, target: TargetCode) -> int:
@@ -109,62 +44,35 @@ def active_version(session: Session, pool_id: int, target: TargetCode) -> ModelV
     )
 
 
-@dataclass(frozen=True)
-class GateDecision:
-    activate: bool
-    reason: str
+def latest_version(session: Session, pool_id: int, target: TargetCode) -> ModelVersion | None:
+    """The newest stored version (active or not): it carries the previous round's shift state."""
+    return session.scalar(
+        select(ModelVersion)
+        .where(ModelVersion.pool_id == pool_id, ModelVersion.target == int(target))
+        .order_by(ModelVersion.id.desc())
+        .limit(1)
+    )
 
 
-def quality_gate(
-    result: TrainResult,
-    window: Window,
-    target: TargetCode,
-    active: LatencyModel | None,
-    training: TrainingSettings,
-) -> GateDecision:
-    """Should the candidate replace the active model? Both are scored on the same held-out rows.
-
-    The score is MAPE for the mean objective and the pinball loss for a quantile objective
-    (a p90 model is meant to be above most labels, which MAPE would punish).
-    """
-    metrics = result.metrics
-    if metrics is not None and not np.isfinite(metrics.mape):
-        return GateDecision(False, "held-out error is not finite")
-    if active is None:
-        return GateDecision(True, "first model of this target")
-    if metrics is None or result.n_test < training.gate_min_test:
-        return GateDecision(
-            True, f"fewer than {training.gate_min_test} held-out rows: the newest model wins"
-        )
-    quantile = training.quantile if training.objective == "quantile" else None
-    mask = window.is_test & (window.labels > 0)
-    predicted = predict_columns(active, target.label, _select(window, mask))
-    current = evaluate(window.labels[mask], predicted, quantile=quantile)
-    name = "pinball loss" if quantile is not None else "MAPE"
-    mine = metrics.quantile_loss if quantile is not None else metrics.mape
-    theirs = current.quantile_loss if quantile is not None else current.mape
-    assert mine is not None and theirs is not None
-    verdict = f"held-out {name} {mine:.4f} vs active {theirs:.4f} on the same rows"
-    if mine <= theirs * (1 + training.gate_tolerance):
-        return GateDecision(True, verdict)
-    return GateDecision(False, f"{verdict}: worse by more than {training.gate_tolerance:.0%}")
-
-
-def _select(window: Window, mask: npt.NDArray[np.bool_]) -> dict[str, npt.NDArray[Any]]:
-    return {k: v[mask] for k, v in window.cols.items()}
+def shift_of(version: ModelVersion | None) -> Shift:
+    if version is None or version.shift_since is None:
+        return Shift(None, 0)
+    return Shift(version.shift_since.timestamp(), version.shift_rounds, version.shift_from_id)
 
 
 def store_version(
     session: Session,
     pool_id: int,
     target: TargetCode,
-    result: TrainResult,
-    window: Window,
-    decision: GateDecision,
+    rnd: Round,
+    window_max_id: int,
     started_at: datetime,
     config: dict[str, Any],
 ) -> ModelVersion:
+    """Store a round's candidate with the gate's decision and reason; activate it if it won."""
+    result, decision = rnd.result, rnd.decision
     artifact = result.model.to_artifact()
+    since = rnd.shift.since
     version = ModelVersion(
         pool_id=pool_id,
         target=int(target),
@@ -176,11 +84,16 @@ def store_version(
         metrics=result.metrics.as_dict() if result.metrics else {},
         n_train=result.n_train,
         n_test=result.n_test,
-        window_max_id=window.max_id,
+        window_max_id=window_max_id,
         train_seconds=result.train_seconds,
         training_started_at=started_at,
         artifact=artifact,
         artifact_bytes=len(artifact),
+        n_outliers=rnd.n_outliers,
+        shift_since=None if since is None else datetime.fromtimestamp(since, UTC),
+        shift_rounds=rnd.shift.rounds,
+        shift_from_id=rnd.shift.from_id,
+        trained_from_id=rnd.from_id,
     )
     session.add(version)
     session.flush()
@@ -296,13 +209,12 @@ def pool_names(session: Session) -> dict[int, str]:
     return {pool_id: name for pool_id, name in session.execute(select(Pool.id, Pool.name))}
 
 
-def read_held_out(session: Session, pool_id: int, target: TargetCode, one_in: int = 1) -> Window:
-    """The held-out rows of a (pool, target) window, as `read_window` returns them; with
-    `one_in` > 1 about one in that many, picked by a multiplicative (Fibonacci) hash of the id.
-    The id is in the window's index, so the rows left out are never read. A plain `id % n`
-    would not do: consecutive ids alternate between targets (and pools), so it could pick all
-    of one target and none of the other. The console scores the active model on these rows."""
-    keep = ""
-    if one_in > 1:
-        keep = f" AND ((id % 65536) * 40503) % 65536 < {-(-65536 // int(one_in))}"
-    return _read(session, pool_id, target, f" AND is_test{keep}")
+def version_counts(session: Session, pool_id: int) -> dict[TargetCode, tuple[int, datetime | None]]:
+    """Per target: how many versions were trained, and when the newest was stored."""
+    rows = session.execute(
+        select(ModelVersion.target, func.count(), func.max(ModelVersion.created_at))
+        .where(ModelVersion.pool_id == pool_id)
+        .group_by(ModelVersion.target)
+    )
+    found = {TargetCode(t): (int(n), at) for t, n, at in rows}
+    return {t: found.get(t, (0, None)) for t in TargetCode}

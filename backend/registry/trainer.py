@@ -15,13 +15,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db import unit_of_work
 from backend.pools.models import Pool
+from backend.predictor import gate
 from backend.predictor.features import feature_names
 from backend.predictor.regressors import TrainParams
-from backend.predictor.training import train_target
 from backend.registry import service
 from backend.registry.failures import FailureCounter, LocalFailures
 from backend.registry.locks import Locks
 from backend.registry.notify import Notifier
+from backend.samples import repository as samples_repo
 from backend.samples.models import TargetCode
 from backend.samples.service import trim_window
 from backend.settings import Settings
@@ -64,7 +65,7 @@ class Trainer:
                     if key not in self._seen:
                         active = service.active_version(session, pool_id, target)
                         self._first_look(key, active is not None)
-                    newest = service.window_max_id(session, pool_id, target)
+                    newest = samples_repo.max_id(session, pool_id, target)
                     if newest > service.last_trained_max_id(session, pool_id, target):
                         out.append(key)
         return out
@@ -96,9 +97,11 @@ class Trainer:
         started = datetime.now(UTC)
         with unit_of_work(self.sessions) as session:
             trim_window(session, pool_id, target, self.settings.window.cap)
-            window = service.read_window(session, pool_id, target)
-            if window.max_id <= service.last_trained_max_id(session, pool_id, target):
+            window = samples_repo.read_window(session, pool_id, target)
+            trained_through = service.last_trained_max_id(session, pool_id, target)
+            if window.max_id <= trained_through:
                 return Outcome(pool_id, target, "skipped", "no new samples")
+            previous = service.shift_of(service.latest_version(session, pool_id, target))
             active = service.active_version(session, pool_id, target)
             self._first_look(key, active is not None)
             active_model = (
@@ -116,22 +119,39 @@ class Trainer:
             return Outcome(
                 pool_id, target, "skipped", f"{usable} samples < {self.min_samples(key)} needed"
             )
+        comparable = None
+        if active is not None and active_model is not None:
+            mape = active.metrics.get("mape") if active.metrics else None
+            comparable = gate.Active(
+                active_model,
+                active.window_max_id,
+                float(mape) if mape is not None else None,
+                active.trained_from_id,
+            )
         # No session is held while fitting: training may take seconds.
-        result = train_target(
-            target.label,
-            window.cols,
-            window.labels,
-            window.is_test,
-            kind=t.model_kind,
-            objective=t.objective,
-            quantile=t.quantile,
-            params=self.params,
-        )
-        decision = service.quality_gate(result, window, target, active_model, t)
+        try:
+            rnd = gate.train_round(
+                target.label,
+                window.rows(),
+                comparable,
+                trained_through,
+                previous,
+                started.timestamp(),
+                gate.GateRules.from_settings(t),
+                gate.ShiftRules.from_settings(t),
+                kind=t.model_kind,
+                objective=t.objective,
+                quantile=t.quantile,
+                params=self.params,
+            )
+        except ValueError as exc:
+            # e.g. every ordinary row held out while outliers wait: nothing to store.
+            return Outcome(pool_id, target, "skipped", str(exc))
+        decision = rnd.decision
         config = {"kind": t.model_kind, "objective": t.objective, "quantile": t.quantile}
         with unit_of_work(self.sessions) as session:
             version = service.store_version(
-                session, pool_id, target, result, window, decision, started, config
+                session, pool_id, target, rnd, window.max_id, started, config
             )
             version_id = version.id
         # Published only after the commit, so every listener finds the row it is told about.

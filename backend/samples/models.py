@@ -13,6 +13,7 @@ from sqlalchemy import (
     Integer,
     SmallInteger,
     String,
+    func,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -68,6 +69,23 @@ class Sample(Base):
     predicted_ms: Mapped[float | None] = mapped_column(Float)
     pod: Mapped[str | None] = mapped_column(String(253))
     observed_at: Mapped[datetime] = mapped_column()
+
+
+class WindowFlush(Base):
+    """The audit trail of window resets: who emptied which pool's window, when, why, how much."""
+
+    __tablename__ = "window_flushes"
+    __table_args__ = (Index("ix_window_flushes_pool", "pool_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"))
+    flushed_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    flushed_by: Mapped[str] = mapped_column(String(100))
+    reason: Mapped[str] = mapped_column(String(500))
+    older_than: Mapped[datetime | None] = mapped_column()
+    """Only rows observed before this were removed (None: the whole window)."""
+    ttft_removed: Mapped[int] = mapped_column(Integer)
+    tpot_removed: Mapped[int] = mapped_column(Integer)
 
 
 # The wire features as stored, in the order ingestion writes them and training reads them

@@ -34,9 +34,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.errors import StorageUnavailable, body_errors
 from backend.pools.service import PoolCache, PoolNotFound
+from backend.predictor.window import WindowSpec
 from backend.samples import service
 from backend.samples.schemas import SamplesBulk, UpstreamTrainingBulk
-from backend.samples.window import WindowSpec
 from backend.settings import Settings
 
 log = logging.getLogger("headroom.ingest")

@@ -2,18 +2,27 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from backend.auth.deps import ActorDep, scope
+from backend.auth.deps import ActorDep, EditorDep, scope
 from backend.db import unit_of_work
 from backend.deps import Runtime, RuntimeDep, SessionDep
 from backend.errors import validate_body
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.service import openapi_body
-from backend.samples import service
+from backend.registry import service as registry
+from backend.samples import repository, service
+from backend.samples.models import TargetCode, WindowFlush
 from backend.samples.offload import BODIES, BodyKind
-from backend.samples.schemas import IngestResult, SamplesBulk, TrainingEntry, WindowStats
+from backend.samples.schemas import (
+    IngestResult,
+    SamplesBulk,
+    TrainingEntry,
+    WindowFlushRead,
+    WindowFlushRequest,
+    WindowStats,
+)
 
 router = APIRouter(prefix="/v1/samples", tags=["samples"])
 
@@ -29,8 +38,16 @@ async def ingest_request(
     request: Request, runtime: Runtime, pool: str, kind: BodyKind
 ) -> service.Ingested:
     """Validate and store a request's batch, committed before the caller answers:
-    acknowledged means durable. Raises what the route answers: 422, 404 or 503."""
+    acknowledged means durable. Raises what the route answers: 422, 404, 429 or 503."""
     raw = await request.body()
+    client = request.client.host if request.client is not None else "unknown"
+    wait = await runtime.ingest_limiter.admit(client, len(raw))
+    if wait is not None:
+        raise HTTPException(
+            429,
+            f"ingestion from {client} is over its rate limit; retry in {wait:.0f} s",
+            headers={"Retry-After": f"{wait:.0f}"},
+        )
     if runtime.ingest_pool is not None:
         done = await runtime.ingest_pool.store(raw, kind, pool)
     else:
@@ -88,4 +105,49 @@ def get_stats(
 ) -> WindowStats:
     """Samples stored per bucket and the train/test totals of each target's window."""
     pool_id = runtime.pools.resolve(session, pool)
-    return service.window_stats(session, pool, pool_id, runtime.window)
+    stats = service.window_stats(session, pool, pool_id, runtime.window)
+    for target in TargetCode:
+        latest = registry.latest_version(session, pool_id, target)
+        if latest is not None:
+            counted = stats.targets[target.label]
+            counted.outliers, counted.shift_since = latest.n_outliers, latest.shift_since
+    return stats
+
+
+def _flush_read(record: WindowFlush, pool: str) -> WindowFlushRead:
+    names = [name for name in WindowFlushRead.model_fields if name != "pool"]
+    return WindowFlushRead(pool=pool, **{name: getattr(record, name) for name in names})
+
+
+@router.post("/flush", response_model=WindowFlushRead)
+def flush_window(
+    body: WindowFlushRequest,
+    runtime: RuntimeDep,
+    actor: EditorDep,
+    pool: str = PoolQuery,
+) -> WindowFlushRead:
+    """Empty a pool's window (or only rows observed before `older_than`), e.g. after a vLLM
+    upgrade or a new GPU type. The active models keep serving until new samples train a
+    successor. Recorded with who, when, why and how many rows went."""
+    with unit_of_work(runtime.sessions) as session:
+        pool_id = runtime.pools.resolve(session, pool)
+        done = service.flush_window(
+            session, pool_id, actor.name, body.reason, older_than=body.older_than
+        )
+        record = session.get(WindowFlush, done.record_id)
+        assert record is not None
+        return _flush_read(record, pool)
+
+
+@router.get("/flushes", response_model=list[WindowFlushRead])
+def list_flushes(
+    runtime: RuntimeDep,
+    session: SessionDep,
+    _: ActorDep,
+    pool: str = PoolQuery,
+    limit: int = Query(20, ge=1, le=1000),
+) -> list[WindowFlushRead]:
+    """The audit trail of a pool's window flushes (console, /v1 and upstream /flush), newest
+    first."""
+    pool_id = runtime.pools.resolve(session, pool)
+    return [_flush_read(r, pool) for r in repository.flushes(session, pool_id, limit)]

@@ -118,9 +118,70 @@ class TargetStats(BaseModel):
     train: int
     test: int
     buckets: list[BucketCount]
+    outliers: int = Field(
+        0,
+        description="At the last training: window rows whose latency is more than "
+        "training.outlier_factor away from the active model's prediction. Kept, but they train "
+        "only once their shift has held (docs/design.md, the flood rule).",
+    )
+    shift_since: datetime | None = Field(
+        None, description="Since when most new rows have been outliers (none: no shift)."
+    )
 
 
 class WindowStats(BaseModel):
     pool: str
     cap: int = Field(description="Most samples a bucket keeps (trimmed in the background).")
     targets: dict[str, TargetStats]
+
+
+class UpstreamFlushRequest(BaseModel):
+    """Upstream's `POST /flush` body; every field is optional."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    flush_training_data: bool = True
+    flush_test_data: bool = True
+    flush_metrics: bool = True
+    reason: str | None = Field(None, max_length=500)
+
+
+class UpstreamFlushResponse(BaseModel):
+    success: bool
+    flushed_at: str
+    reason: str | None
+    ttft_training_samples_flushed: int
+    tpot_training_samples_flushed: int
+    ttft_test_samples_flushed: int
+    tpot_test_samples_flushed: int
+    metrics_cleared: bool
+    message: str
+
+
+class WindowFlushRequest(BaseModel):
+    """`POST /v1/samples/flush`: empty a pool's window, with the reason recorded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=500, description="Why (kept in the audit trail).")
+    older_than: datetime | None = Field(
+        None, description="Only remove rows observed before this time (default: all of them)."
+    )
+
+    @field_validator("older_than")
+    @classmethod
+    def _aware_older_than(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("older_than needs a time zone (e.g. 2026-12-01T10:00:00Z)")
+        return value
+
+
+class WindowFlushRead(BaseModel):
+    id: int
+    pool: str
+    flushed_at: datetime
+    flushed_by: str
+    reason: str
+    older_than: datetime | None
+    ttft_removed: int
+    tpot_removed: int

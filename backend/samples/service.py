@@ -15,7 +15,15 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from backend.samples.models import SAMPLE_COLUMNS, WINDOW_FEATURES, Sample, TargetCode
+from backend.predictor.window import WindowSpec
+from backend.samples import repository
+from backend.samples.models import (
+    SAMPLE_COLUMNS,
+    WINDOW_FEATURES,
+    Sample,
+    TargetCode,
+    WindowFlush,
+)
 from backend.samples.schemas import (
     POD_TYPE_CODES,
     BucketCount,
@@ -23,7 +31,6 @@ from backend.samples.schemas import (
     TrainingEntry,
     WindowStats,
 )
-from backend.samples.window import WindowSpec
 
 Row = tuple[Any, ...]
 
@@ -159,18 +166,8 @@ def trim_window(session: Session, pool_id: int, target: TargetCode, cap: int) ->
     return deleted
 
 
-def bucket_counts(session: Session, pool_id: int) -> dict[tuple[int, int, bool], int]:
-    """(target, bucket, is_test) -> rows stored."""
-    result = session.execute(
-        select(Sample.target, Sample.bucket, Sample.is_test, func.count())
-        .where(Sample.pool_id == pool_id)
-        .group_by(Sample.target, Sample.bucket, Sample.is_test)
-    )
-    return {(t, b, bool(s)): n for t, b, s, n in result}
-
-
 def window_stats(session: Session, pool: str, pool_id: int, spec: WindowSpec) -> WindowStats:
-    counts = bucket_counts(session, pool_id)
+    counts = repository.bucket_counts(session, pool_id)
     targets: dict[str, TargetStats] = {}
     for target in TargetCode:
         per_bucket: dict[int, list[int]] = {}
@@ -200,3 +197,56 @@ def trim_all_windows(session: Session, cap: int) -> int:
     """Trim every (pool, target) window; used by the periodic trimmer."""
     pools = session.scalars(select(Sample.pool_id).distinct()).all()
     return sum(trim_window(session, p, t, cap) for p in pools for t in TargetCode)
+
+
+@dataclass(frozen=True)
+class Flushed:
+    """Rows a window flush removed, per target and set, and its audit record's id."""
+
+    removed: dict[tuple[TargetCode, bool], int]
+    """(target, is_test) -> rows deleted."""
+    record_id: int
+
+    def of(self, target: TargetCode) -> int:
+        return self.removed[(target, False)] + self.removed[(target, True)]
+
+
+def flush_window(
+    session: Session,
+    pool_id: int,
+    by: str,
+    reason: str,
+    *,
+    training: bool = True,
+    test: bool = True,
+    older_than: datetime | None = None,
+) -> Flushed:
+    """Empty a pool's window (or only its training or held-out rows, or only rows observed
+    before `older_than`) and record who did it, when, why and how much, like a policy change.
+    The active models stay: they keep serving until the window refills and a candidate wins."""
+    removed: dict[tuple[TargetCode, bool], int] = {}
+    for target in TargetCode:
+        for is_test, wanted in ((False, training), (True, test)):
+            where = [
+                Sample.pool_id == pool_id,
+                Sample.target == int(target),
+                Sample.is_test.is_(is_test),
+            ]
+            if older_than is not None:
+                where.append(Sample.observed_at < older_than)
+            n = 0
+            if wanted:
+                result = session.execute(delete(Sample).where(*where))
+                n = int(result.rowcount)  # type: ignore[attr-defined]
+            removed[(target, is_test)] = n
+    record = WindowFlush(
+        pool_id=pool_id,
+        flushed_by=by[:100],
+        reason=reason[:500],
+        older_than=older_than,
+        ttft_removed=removed[(TargetCode.TTFT, False)] + removed[(TargetCode.TTFT, True)],
+        tpot_removed=removed[(TargetCode.TPOT, False)] + removed[(TargetCode.TPOT, True)],
+    )
+    session.add(record)
+    session.flush()
+    return Flushed(removed, record.id)

@@ -1,15 +1,16 @@
-"""The online predictor inside a simulation: the service's window, trainer and quality gate.
+"""The online predictor inside a simulation: the service's window, training round and gate.
 
-Same semantics as the service (``docs/design.md``), held in memory: samples are bucketed by
-``WindowSpec`` (KV utilisation, prefix score, queue band), each bucket keeps its newest ``cap``
-samples, about ``test_fraction`` of samples are held out at arrival; every retrain interval each
-target with new samples is fitted by ``backend.predictor.training.train_target`` (first model
-after ``min_samples`` samples) and activated unless it scores worse than the active model on the
-current held-out rows by more than ``gate_tolerance``.
+The same code as the service (``docs/design.md``), held in memory: samples are bucketed by
+``WindowSpec`` (KV utilisation, prefix score, queue band) and pod class, each bucket keeps its
+newest ``cap`` samples, about ``test_fraction`` of samples are held out at arrival; every retrain
+interval each target with new samples runs ``backend.predictor.gate.train_round`` (first model
+after ``min_samples`` samples): the promotion gate and the flood rule the service's trainer runs,
+on simulated time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -19,12 +20,11 @@ import numpy as np
 import numpy.typing as npt
 import xgboost as xgb
 
-from backend.predictor.evaluation import evaluate
+from backend.predictor import gate
 from backend.predictor.features import Target, feature_matrix
 from backend.predictor.regressors import Kind, LatencyModel, TrainParams, default_params
-from backend.predictor.training import train_target
-from backend.samples.window import WindowSpec
-from backend.settings import WindowSettings
+from backend.predictor.window import WindowSpec
+from backend.settings import TrainingSettings, WindowSettings
 
 FIELDS: Final = (
     "kv_cache_percentage",
@@ -40,7 +40,8 @@ FIELDS: Final = (
 """Wire fields of a sample row, in this order (``pod_type`` as the predictor's integer code)."""
 TARGETS: Final[tuple[Target, ...]] = ("ttft", "tpot")
 
-Sample = tuple[tuple[float, ...], float, bool]  # (row, label ms, held out)
+# (row, label ms, held out, arrival number, pod class)
+Sample = tuple[tuple[float, ...], float, bool, int, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +51,8 @@ class FitRecord:
     n_train: int
     n_test: int
     mape: float | None  # candidate, held-out rows
-    active_mape: float | None  # the model it replaced, same rows
     activated: bool
+    reason: str
     fit_s: float
 
 
@@ -73,28 +74,44 @@ class OnlinePredictor:
         seed: int = 0,
     ) -> None:
         settings = WindowSettings()
+        training = TrainingSettings()
         self.kind: Kind = kind
         self.params = params
         self.spec = spec or WindowSpec.from_settings(settings)
         self.test_fraction = settings.test_fraction if test_fraction is None else test_fraction
         self.min_samples = min_samples
-        self.gate_tolerance = gate_tolerance
+        self.rules = dataclasses.replace(
+            gate.GateRules.from_settings(training), tolerance=gate_tolerance
+        )
+        self.shift_rules = gate.ShiftRules.from_settings(training)
         self._rng = random.Random(seed)
-        self._windows: dict[Target, dict[int, deque[Sample]]] = {t: {} for t in TARGETS}
+        self._windows: dict[Target, dict[tuple[int, str | None], deque[Sample]]] = {
+            t: {} for t in TARGETS
+        }
         self._new: dict[Target, int] = dict.fromkeys(TARGETS, 0)
+        self._arrivals = 0
+        self._trained_through: dict[Target, int] = dict.fromkeys(TARGETS, 0)
+        self._shift: dict[Target, gate.Shift] = {t: gate.Shift(None) for t in TARGETS}
+        self._active: dict[Target, gate.Active | None] = dict.fromkeys(TARGETS, None)
         self.models: dict[Target, LatencyModel | None] = dict.fromkeys(TARGETS, None)
         self.history: list[FitRecord] = []
         self.failures = 0
 
-    def add(self, target: Target, row: tuple[float, ...], label_ms: float) -> None:
+    def add(
+        self, target: Target, row: tuple[float, ...], label_ms: float, pod_class: str | None = None
+    ) -> None:
+        """One observed latency; buckets are per pod class, as the service's window trims them
+        (a busy GPU type cannot push a rare one out)."""
         if not label_ms > 0:
             return
-        bucket = self.spec.bucket(row[0], row[4], int(row[2]))
+        key = (self.spec.bucket(row[0], row[4], int(row[2])), pod_class)
         window = self._windows[target]
-        dq = window.get(bucket)
+        dq = window.get(key)
         if dq is None:
-            dq = window[bucket] = deque(maxlen=self.spec.cap)
-        dq.append((row, label_ms, self._rng.random() < self.test_fraction))
+            dq = window[key] = deque(maxlen=self.spec.cap)
+        self._arrivals += 1
+        test = self._rng.random() < self.test_fraction
+        dq.append((row, label_ms, test, self._arrivals, pod_class))
         self._new[target] += 1
 
     def size(self, target: Target) -> int:
@@ -112,33 +129,48 @@ class OnlinePredictor:
 
     def _fit(self, target: Target, now: float) -> None:
         samples = [s for dq in self._windows[target].values() for s in dq]
-        rows = np.asarray([s[0] for s in samples], dtype=np.float64)
-        labels = np.asarray([s[1] for s in samples], dtype=np.float64)
-        test = np.asarray([s[2] for s in samples], dtype=np.bool_)
-        cols = columns(rows)
+        cols: dict[str, npt.NDArray[Any]] = dict(
+            columns(np.asarray([s[0] for s in samples], dtype=np.float64))
+        )
+        cols["pod_class"] = np.asarray([s[4] for s in samples], dtype=object)
+        ids = np.asarray([s[3] for s in samples], dtype=np.int64)
+        rows = gate.WindowRows(
+            cols,
+            np.asarray([s[1] for s in samples], dtype=np.float64),
+            np.asarray([s[2] for s in samples], dtype=np.bool_),
+            ids,
+        )
         # The trainer passes its thread count to the booster but not to the QuantileDMatrix it
         # builds first, which then takes every core: on a shared 2-core machine its OpenMP start
         # costs 30-60 ms a fit instead of 5-10. The global default makes both honour it.
         threads = (self.params or default_params(self.kind)).nthread
         try:
             with xgb.config_context(nthread=threads):
-                result = train_target(
-                    target, cols, labels, test, kind=self.kind, params=self.params
+                rnd = gate.train_round(
+                    target,
+                    rows,
+                    self._active[target],
+                    self._trained_through[target],
+                    self._shift[target],
+                    now,
+                    self.rules,
+                    self.shift_rules,
+                    kind=self.kind,
+                    objective="mean",
+                    quantile=0.9,
+                    params=self.params,
                 )
         except ValueError:
             # e.g. every sample so far held out; the service stores nothing in that case either.
             self.failures += 1
             return
+        result, decision = rnd.result, rnd.decision
+        self._trained_through[target] = int(ids.max())
+        self._shift[target] = rnd.shift
         mape = result.metrics.mape if result.metrics is not None else None
-        active = self.models[target]
-        active_mape = None
-        activate = True
-        if active is not None and mape is not None and result.n_test >= 10:
-            held = {name: col[test] for name, col in cols.items()}
-            active_mape = evaluate(labels[test], active.predict(feature_matrix(target, held))).mape
-            activate = mape <= active_mape * (1.0 + self.gate_tolerance)
-        if activate:
+        if decision.activate:
             self.models[target] = result.model
+            self._active[target] = gate.Active(result.model, int(ids.max()), mape, rnd.from_id)
         self.history.append(
             FitRecord(
                 now,
@@ -146,8 +178,8 @@ class OnlinePredictor:
                 result.n_train,
                 result.n_test,
                 mape,
-                active_mape,
-                activate,
+                decision.activate,
+                decision.reason,
                 result.train_seconds,
             )
         )

@@ -151,7 +151,9 @@ class ServedModels(OnlinePredictor):
         self.pool = pool
         self._models: tuple[ServedModel, ServedModel | None] | None = None
 
-    def add(self, target: Any, row: tuple[float, ...], label_ms: float) -> None:
+    def add(
+        self, target: Any, row: tuple[float, ...], label_ms: float, pod_class: str | None = None
+    ) -> None:
         return None
 
     def retrain(self, now: float) -> None:

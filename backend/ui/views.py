@@ -22,11 +22,12 @@ from backend.predictor.evaluation import evaluate
 from backend.predictor.regressors import LatencyModel
 from backend.predictor.serving import ModelStore
 from backend.predictor.training import predict_columns
+from backend.predictor.window import WindowSpec
 from backend.registry import service as registry
 from backend.registry.models import ModelVersion
-from backend.samples.models import Sample, TargetCode
+from backend.samples import repository as samples_repo
+from backend.samples.models import TargetCode
 from backend.samples.service import window_stats
-from backend.samples.window import WindowSpec
 from backend.settings import Settings
 
 # "Recent" figures (ingestion rate, last sample, live error) come from the newest samples of
@@ -105,36 +106,13 @@ class Recent:
 
 
 def recent_samples(session: Session, now: datetime) -> Recent:
-    # The raw DB-API cursor, as `registry.read_window` does: tuples straight into numpy.
-    cursor = session.connection().connection.cursor()
-    try:
-        cursor.execute(
-            "SELECT id, pool_id, target, latency_ms, COALESCE(predicted_ms, -1) FROM samples "
-            f"ORDER BY id DESC LIMIT {RECENT_ROWS}"
-        )
-        rows = cursor.fetchall()
-    finally:
-        cursor.close()
-    data = np.array(rows, dtype=np.float64).reshape(len(rows), 5)
-    data[data[:, 4] < 0, 4] = np.nan
-    cutoff = now - timedelta(seconds=RATE_HORIZON_S)
-    times = (
-        select(Sample.pool_id, Sample.observed_at)
-        .order_by(Sample.id.desc())
-        .limit(RECENT_ROWS)
-        .subquery()
+    data = samples_repo.newest_rows(session, RECENT_ROWS)
+    arrived = samples_repo.arrivals_since(
+        session, now - timedelta(seconds=RATE_HORIZON_S), RECENT_ROWS
     )
-    arrived = {
-        int(pool_id): int(n)
-        for pool_id, n in session.execute(
-            select(times.c.pool_id, func.count())
-            .where(times.c.observed_at >= cutoff)
-            .group_by(times.c.pool_id)
-        )
-    }
     span = 0.0
-    if rows:
-        oldest = session.scalar(select(Sample.observed_at).where(Sample.id == int(data[-1, 0])))
+    if data.shape[0]:
+        oldest = samples_repo.observed_at(session, int(data[-1, 0]))
         span = (now - oldest).total_seconds() if oldest is not None else 0.0
     return Recent(
         pool_id=data[:, 1].astype(np.int64),
@@ -144,7 +122,7 @@ def recent_samples(session: Session, now: datetime) -> Recent:
         predicted=data[:, 4],
         arrived_last_minute=arrived,
         span_s=span,
-        full=len(rows) == RECENT_ROWS,
+        full=data.shape[0] == RECENT_ROWS,
     )
 
 
@@ -152,10 +130,10 @@ def last_sample_at(session: Session, pool_id: int, recent: Recent) -> datetime |
     newest = recent.newest_id(pool_id)
     if newest is None:
         # A quiet pool: nothing among the newest samples of all pools.
-        newest = session.scalar(select(func.max(Sample.id)).where(Sample.pool_id == pool_id))
-        if newest is None:
+        newest = samples_repo.max_id(session, pool_id)
+        if not newest:
             return None
-    return session.scalar(select(Sample.observed_at).where(Sample.id == newest))
+    return samples_repo.observed_at(session, newest)
 
 
 @dataclass(frozen=True)
@@ -240,7 +218,7 @@ def target_status(
     )
     newest = recent.newest_id(pool.id, target)
     if newest is None:
-        newest = registry.window_max_id(session, pool.id, target)
+        newest = samples_repo.max_id(session, pool.id, target)
     through = registry.last_trained_max_id(session, pool.id, target)
     live = recent.live_error(pool.id, target)
     warnings: list[str] = []
@@ -321,7 +299,7 @@ def held_out_scatter(
     # Read about SCATTER_POINTS rows, not the whole held-out set: a model's n_test tells how
     # many there are, and a hash of the id picks a sample that the window's index can find.
     one_in = max(1, version.n_test // SCATTER_POINTS)
-    window = registry.read_held_out(session, pool.id, target, one_in)
+    window = samples_repo.read_held_out(session, pool.id, target, one_in)
     index = np.flatnonzero(window.labels > 0)
     if index.size == 0:
         return None

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.deps import Runtime
-from backend.registry import trainer as trainer_module
+from backend.predictor import gate as gate_module
 from backend.registry.locks import RedisLocks
 from backend.registry.trainer import Outcome, Trainer
 from backend.samples.models import TargetCode
@@ -187,7 +187,7 @@ def test_a_failing_training_leaves_the_active_model(
     def broken(*_: Any, **__: Any) -> None:
         raise RuntimeError("the booster ran out of memory")
 
-    monkeypatch.setattr(trainer_module, "train_target", broken)
+    monkeypatch.setattr(gate_module, "train_target", broken)
     ingest(client, rows(300, seed=5))
     assert train_and_load(client) == []  # both targets failed and were logged
     after = runtime_of(client).store.get("default", "ttft")
@@ -222,7 +222,7 @@ def test_two_trainers_never_train_the_same_target_at_once(
     running = 0
     peak = 0
     guard = threading.Lock()
-    real = trainer_module.train_target
+    real = gate_module.train_target
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         nonlocal running, peak
@@ -236,7 +236,7 @@ def test_two_trainers_never_train_the_same_target_at_once(
             with guard:
                 running -= 1
 
-    monkeypatch.setattr(trainer_module, "train_target", slow)
+    monkeypatch.setattr(gate_module, "train_target", slow)
     outcomes: list[Outcome] = []
     start = threading.Barrier(2)
 

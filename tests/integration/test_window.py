@@ -7,9 +7,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db import unit_of_work
+from backend.predictor.window import WindowSpec
 from backend.samples.models import Sample, TargetCode
 from backend.samples.service import trim_all_windows, trim_window
-from backend.samples.window import WindowSpec
 from backend.settings import WindowSettings
 from tests.factories import entry
 

@@ -14,11 +14,11 @@ from backend import migrate
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.pools.models import Pool
 from backend.pools.service import ensure_default_pool, get_pool
+from backend.predictor.window import WindowSpec
 from backend.registry.models import ActiveModel, ModelVersion
 from backend.samples.models import TargetCode
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
-from backend.samples.window import WindowSpec
 from backend.settings import Settings, UISettings, WindowSettings
 from backend.ui.views import overview
 from tests.factories import entry
@@ -141,7 +141,7 @@ def test_the_held_out_sample_takes_both_targets_alike(session: Session) -> None:
     ]
     ingest(session, 1, entries, SPEC, 1.0, random.Random(0))  # all held out
     session.commit()
-    from backend.registry.service import read_held_out
+    from backend.samples.repository import read_held_out
 
     for target in TargetCode:
         everything = read_held_out(session, 1, target).n

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from backend.errors import describe_loc
-from backend.samples.window import WindowSpec
+from backend.predictor.window import WindowSpec
 from backend.settings import WindowSettings
 
 SPEC = WindowSpec(kv_step=0.1, prefix_step=0.25, queue_edges=(1, 3, 8, 16), cap=500)

@@ -1,0 +1,350 @@
+"""The promotion gate: should a freshly trained candidate replace the active model?
+
+One definition, pure (numpy only), shared by the service's trainer (`backend/registry`) and the
+simulator's online predictor (`backend/sim/online.py`). The caller picks the rows; this module
+only judges. The rules, in the order they are applied (docs/design.md, "The promotion gate"):
+
+1. A candidate whose held-out error is not finite is never activated.
+2. No comparable active model: the candidate wins.
+3. Fewer than `min_test` held-out rows: the gate cannot judge, the newest model wins.
+4. Drift: the active model's live error (the `predicted_*_ms` the router used, on rows newer
+   than its training) is above `drift_factor` times its own held-out error: the candidate
+   replaces it regardless of the comparison.
+5. Otherwise both are scored on the same held-out rows (the caller passes the newest ones) and
+   the candidate wins unless it is worse by more than `tolerance`.
+
+The persistence rule against floods (`Shift`, `outlier_share`) is decided before the gate: rows
+far outside what the active model predicts are kept out of training until their shift has held
+for `hold_s` seconds over at least two training rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from backend.predictor.evaluation import evaluate
+from backend.predictor.features import Columns, Target
+from backend.predictor.regressors import Kind, LatencyModel, LossObjective, TrainParams
+from backend.predictor.training import TrainResult, predict_columns, train_target
+from backend.settings import TrainingSettings
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class GateRules:
+    tolerance: float = 0.1
+    """A candidate may be this much worse than the active model and still replace it."""
+    min_test: int = 10
+    """Below this many held-out rows the gate cannot judge and the newest model wins."""
+    quantile: float | None = None
+    """Quantile objective: score by pinball loss at this quantile (MAPE would punish a p90 model
+    for being above most labels, which is its job)."""
+    drift_factor: float = 2.0
+    """Live error above this multiple of the active model's held-out error is drift."""
+
+    @classmethod
+    def from_settings(cls, t: TrainingSettings) -> GateRules:
+        quantile = t.quantile if t.objective == "quantile" else None
+        return cls(t.gate_tolerance, t.gate_min_test, quantile, t.gate_drift_factor)
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    activate: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class LiveError:
+    """The active model's error in service: what the router predicted against what happened."""
+
+    n: int
+    mape: float
+
+
+def score(labels: npt.ArrayLike, predicted: npt.ArrayLike, quantile: float | None) -> float:
+    """The gate's error figure: MAPE, or the pinball loss for a quantile model."""
+    metrics = evaluate(labels, predicted, quantile=quantile)
+    if quantile is None:
+        return metrics.mape
+    assert metrics.quantile_loss is not None
+    return metrics.quantile_loss
+
+
+def live_error(labels: npt.ArrayLike, predicted: npt.ArrayLike) -> LiveError | None:
+    """MAPE of the router's own predictions; rows without a prediction (NaN, <= 0) are skipped."""
+    true = np.asarray(labels, dtype=np.float64).reshape(-1)
+    pred = np.asarray(predicted, dtype=np.float64).reshape(-1)
+    keep = np.isfinite(pred) & (pred > 0) & np.isfinite(true) & (true > 0)
+    if not keep.any():
+        return None
+    return LiveError(int(keep.sum()), float(np.mean(np.abs(pred[keep] - true[keep]) / true[keep])))
+
+
+def drift(
+    live: LiveError | None, active_held_out_mape: float | None, rules: GateRules
+) -> str | None:
+    """Rule 4: the reason, when the active model's live error says the traffic has moved on."""
+    if live is None or active_held_out_mape is None or live.n < rules.min_test:
+        return None
+    if live.mape <= rules.drift_factor * max(active_held_out_mape, 1e-9):
+        return None
+    return (
+        f"drift: live MAPE {live.mape:.4f} on {live.n} rows > {rules.drift_factor:g} x "
+        f"the active model's held-out {active_held_out_mape:.4f}"
+    )
+
+
+def judge(
+    candidate_held_out_error: float | None,
+    labels: FloatArray,
+    candidate_pred: FloatArray,
+    active_pred: FloatArray | None,
+    rules: GateRules,
+    *,
+    drifted: str | None = None,
+    rows_note: str = "",
+) -> GateDecision:
+    """Decide on a candidate.
+
+    `labels`, `candidate_pred` and `active_pred` are the scoring rows (held-out, chosen by the
+    caller, e.g. the newest ones); `candidate_held_out_error` is the candidate's error on its
+    whole held-out set (None when it had none); `drifted` is rule 4's reason when it fired.
+    `rows_note` says which rows were scored, for the recorded reason.
+    """
+    if candidate_held_out_error is not None and not math.isfinite(candidate_held_out_error):
+        return GateDecision(False, "held-out error is not finite")
+    if active_pred is None:
+        return GateDecision(True, "first model of this target (or none comparable)")
+    if drifted is not None:
+        return GateDecision(True, drifted)
+    if candidate_held_out_error is None or labels.size < rules.min_test:
+        return GateDecision(
+            True, f"fewer than {rules.min_test} held-out rows: the newest model wins"
+        )
+    mine = score(labels, candidate_pred, rules.quantile)
+    theirs = score(labels, active_pred, rules.quantile)
+    if not math.isfinite(mine):
+        return GateDecision(False, "held-out error is not finite")
+    name = "pinball loss" if rules.quantile is not None else "MAPE"
+    verdict = f"held-out {name} {mine:.4f} vs active {theirs:.4f} on {labels.size} {rows_note}rows"
+    if mine <= theirs * (1 + rules.tolerance):
+        return GateDecision(True, verdict)
+    return GateDecision(False, f"{verdict}: worse by more than {rules.tolerance:.0%}")
+
+
+def newest(ids: npt.NDArray[np.int64], since_id: int, min_rows: int) -> npt.NDArray[np.bool_]:
+    """The rows the gate scores on: those newer than `since_id` (the active model's training),
+    when there are at least `min_rows`; else every row. Scoring on a mix dominated by old rows
+    would keep a model of the past after a change of regime."""
+    fresh = ids > since_id
+    if int(fresh.sum()) >= min_rows:
+        return fresh
+    return np.ones(ids.shape, dtype=np.bool_)
+
+
+# -- the persistence rule -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShiftRules:
+    outlier_factor: float = 3.0
+    """A row is an outlier when its latency is more than this factor above or below what the
+    active model predicts for it."""
+    majority: float = 0.5
+    """A round whose new rows are at least this share outliers continues (or starts) a shift."""
+    hold_s: float = 120.0
+    """A shift must have held this long (and over two rounds at least) before its rows train."""
+
+    @classmethod
+    def from_settings(cls, t: TrainingSettings) -> ShiftRules:
+        return cls(outlier_factor=t.outlier_factor, hold_s=t.shift_hold_s)
+
+
+@dataclass(frozen=True)
+class Shift:
+    """What the previous training round saw: when the current shift began (None: no shift)."""
+
+    since: float | None
+    rounds: int = 0
+    from_id: int = 0
+    """The newest row id before the shift began: once established, older rows stop training."""
+
+
+def outliers(labels: FloatArray, active_pred: FloatArray, factor: float) -> npt.NDArray[np.bool_]:
+    """Rows whose label is more than `factor` times above or below the active prediction."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.abs(np.log(labels / np.maximum(active_pred, 1e-9)))
+    return np.asarray(~(ratio <= math.log(factor)), dtype=np.bool_)
+
+
+def next_shift(
+    previous: Shift,
+    new_outlier_share: float | None,
+    now: float,
+    rules: ShiftRules,
+    before_id: int = 0,
+) -> Shift:
+    """Carry the shift state into this round. A round without new rows changes nothing; a round
+    whose new rows are mostly ordinary ends the shift (a burst has passed)."""
+    if new_outlier_share is None:
+        return previous
+    if new_outlier_share < rules.majority:
+        return Shift(None, 0)
+    if previous.since is None:
+        return Shift(now, 1, before_id)
+    return Shift(previous.since, previous.rounds + 1, previous.from_id)
+
+
+def established(shift: Shift, now: float, rules: ShiftRules) -> bool:
+    """Has the shift persisted long enough to be a regime, not a burst?"""
+    return shift.since is not None and shift.rounds >= 2 and now - shift.since >= rules.hold_s
+
+
+# -- one training round, as the service and the simulator both run it ------------------------
+
+
+@dataclass(frozen=True)
+class WindowRows:
+    """A (pool, target) window as columns, in arrival order."""
+
+    cols: Columns
+    labels: FloatArray
+    is_test: npt.NDArray[np.bool_]
+    ids: npt.NDArray[np.int64]
+    """Arrival order (the service's sample ids): what "newer" means."""
+    predicted: FloatArray | None = None
+    """What the router predicted for each row (NaN where it sent nothing)."""
+
+
+@dataclass(frozen=True)
+class Active:
+    model: LatencyModel
+    max_id: int
+    """The newest row id it was trained on."""
+    held_out_mape: float | None
+    from_id: int = 0
+    """Rows up to this id predate a change of regime (drift or an established shift) and no
+    longer train."""
+
+
+@dataclass(frozen=True)
+class Round:
+    result: TrainResult
+    decision: GateDecision
+    shift: Shift
+    n_outliers: int
+    """Window rows far outside the active model's prediction (kept, and counted)."""
+    from_id: int = 0
+    """The candidate trained only on rows newer than this (see `Active.from_id`)."""
+
+
+def train_round(
+    target: Target,
+    rows: WindowRows,
+    active: Active | None,
+    last_trained_max_id: int,
+    previous: Shift,
+    now: float,
+    rules: GateRules,
+    shift_rules: ShiftRules,
+    *,
+    kind: Kind,
+    objective: LossObjective,
+    quantile: float,
+    params: TrainParams | None = None,
+) -> Round:
+    """Train a candidate on the window and judge it against the active model.
+
+    Outlier rows (relative to the active model) train only once their shift is established;
+    until then they are counted and kept, and the candidate learns from the rest. Raises
+    ValueError when no usable training row is left (the caller stores nothing then).
+    """
+    labels = rows.labels
+    if active is None:
+        result = _fit(
+            target, rows, np.ones(labels.shape, dtype=np.bool_), kind, objective, quantile, params
+        )
+        error = result.metrics.mape if result.metrics else None
+        decision = judge(error, labels[:0], labels[:0], None, rules)
+        return Round(result, decision, Shift(None), 0)
+    active_all = np.asarray(predict_columns(active.model, target, rows.cols), dtype=np.float64)
+    out = outliers(labels, active_all, shift_rules.outlier_factor) & (labels > 0)
+    n_out = int(out.sum())
+    new = rows.ids > last_trained_max_id
+    share = float(out[new].mean()) if new.any() else None
+    shift = next_shift(previous, share, now, shift_rules, last_trained_max_id)
+    from_id, held_back, drifted = active.from_id, "", None
+    if established(shift, now, shift_rules):
+        # A regime, not a burst: the rows since it began train, outliers included.
+        from_id = max(from_id, shift.from_id)
+        use = rows.ids > from_id
+        held_s = now - (shift.since or now)
+        drifted = (
+            f"shift held {held_s:.0f} s over {shift.rounds} rounds ({n_out} outlier rows): "
+            "a new regime"
+        )
+    else:
+        use = (rows.ids > from_id) & ~out
+        if n_out:
+            held_back = (
+                f"; {n_out} outlier rows kept out of training until their shift has held "
+                f"{shift_rules.hold_s:g} s over 2 rounds"
+            )
+        if rows.predicted is not None:
+            since = use & (rows.ids > active.max_id)
+            drifted = drift(
+                live_error(labels[since], rows.predicted[since]), active.held_out_mape, rules
+            )
+            if drifted is not None and int(since.sum()) >= rules.min_test:
+                # The rows before the active model's training no longer describe the pods.
+                from_id = active.max_id
+                use &= rows.ids > from_id
+    result = _fit(target, rows, use, kind, objective, quantile, params)
+    scored = use & rows.is_test & (labels > 0)
+    fresh = newest(rows.ids[scored], active.max_id, rules.min_test)
+    note = "newest " if not fresh.all() else ""
+    mask = np.flatnonzero(scored)[fresh]
+    if held_back and drifted is None and mask.size < rules.min_test:
+        # Most of the window is outliers: a candidate of the few ordinary rows is no evidence.
+        reason = f"fewer than {rules.min_test} ordinary held-out rows to judge by{held_back}"
+        return Round(result, GateDecision(False, reason), shift, n_out, from_id)
+    held = {name: np.asarray(col)[mask] for name, col in rows.cols.items()}
+    decision = judge(
+        result.metrics.mape if result.metrics else None,
+        labels[mask],
+        np.asarray(predict_columns(result.model, target, held), dtype=np.float64),
+        active_all[mask],
+        rules,
+        drifted=drifted,
+        rows_note=note,
+    )
+    if held_back:
+        decision = GateDecision(decision.activate, decision.reason + held_back)
+    return Round(result, decision, shift, n_out, from_id)
+
+
+def _fit(
+    target: Target,
+    rows: WindowRows,
+    use: npt.NDArray[np.bool_],
+    kind: Kind,
+    objective: LossObjective,
+    quantile: float,
+    params: TrainParams | None,
+) -> TrainResult:
+    return train_target(
+        target,
+        {name: np.asarray(col)[use] for name, col in rows.cols.items()},
+        rows.labels[use],
+        rows.is_test[use],
+        kind=kind,
+        objective=objective,
+        quantile=quantile,
+        params=params,
+    )

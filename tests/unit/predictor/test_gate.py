@@ -1,0 +1,97 @@
+"""The promotion gate's rules, as the trainer and the simulator both apply them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backend.predictor import gate
+from backend.predictor.gate import GateRules, LiveError, Shift, ShiftRules
+
+LABELS = np.full(20, 100.0)
+GOOD = np.full(20, 102.0)  # 2 % MAPE
+BAD = np.full(20, 140.0)  # 40 % MAPE
+
+
+def test_a_worse_candidate_is_rejected_and_says_why() -> None:
+    decision = gate.judge(0.4, LABELS, BAD, GOOD, GateRules())
+    assert not decision.activate
+    assert "MAPE 0.4000 vs active 0.0200" in decision.reason
+    assert "worse by more than 10%" in decision.reason
+
+
+def test_a_better_or_slightly_worse_candidate_wins() -> None:
+    assert gate.judge(0.02, LABELS, GOOD, BAD, GateRules()).activate
+    slightly = np.full(20, 102.1)  # 2.1 % against 2 %: within the 10 % tolerance
+    assert gate.judge(0.021, LABELS, slightly, GOOD, GateRules()).activate
+
+
+def test_a_non_finite_candidate_never_wins() -> None:
+    assert not gate.judge(float("nan"), LABELS, GOOD, None, GateRules()).activate
+    nan_pred = np.full(20, np.nan)
+    assert not gate.judge(0.01, LABELS, nan_pred, GOOD, GateRules()).activate
+
+
+def test_a_quantile_model_is_scored_by_pinball_loss() -> None:
+    # A p90 model sits above most labels: MAPE would prefer the median model, pinball loss not.
+    rng = np.random.default_rng(0)
+    labels = rng.lognormal(np.log(100), 0.3, 2000)
+    median, p90 = np.median(labels), np.quantile(labels, 0.9)
+    rules = GateRules(quantile=0.9)
+    decision = gate.judge(1.0, labels, np.full(2000, p90), np.full(2000, median), rules)
+    assert decision.activate and "pinball loss" in decision.reason
+    assert not gate.judge(
+        1.0, labels, np.full(2000, p90), np.full(2000, median), GateRules()
+    ).activate
+
+
+def test_too_few_held_out_rows_lets_the_newest_model_win() -> None:
+    decision = gate.judge(0.4, LABELS[:5], BAD[:5], GOOD[:5], GateRules(min_test=10))
+    assert decision.activate and "fewer than 10" in decision.reason
+
+
+def test_drift_replaces_the_active_model_regardless() -> None:
+    live = LiveError(n=50, mape=0.3)
+    reason = gate.drift(live, 0.05, GateRules())
+    assert reason is not None and reason.startswith("drift: live MAPE 0.3000")
+    drifted = gate.judge(0.4, LABELS, BAD, GOOD, GateRules(), drifted=reason)
+    assert drifted.activate and drifted.reason == reason
+    assert gate.drift(live, 0.2, GateRules()) is None  # 0.3 is not above 2 x 0.2
+    assert gate.drift(LiveError(n=5, mape=0.9), 0.05, GateRules()) is None  # too few rows
+
+
+def test_live_error_skips_rows_without_a_prediction() -> None:
+    live = gate.live_error([100.0, 100.0, 100.0], [110.0, np.nan, 0.0])
+    assert live is not None and live.n == 1 and live.mape == pytest.approx(0.1)
+    assert gate.live_error([100.0], [np.nan]) is None
+
+
+def test_the_gate_scores_the_newest_rows_when_there_are_enough() -> None:
+    ids = np.arange(1, 101)
+    fresh = gate.newest(ids, since_id=80, min_rows=10)
+    assert fresh.sum() == 20 and fresh[80:].all()
+    assert gate.newest(ids, since_id=95, min_rows=10).all()  # 5 new rows: all are scored
+
+
+def test_outliers_are_far_from_the_active_prediction_either_way() -> None:
+    labels = np.array([100.0, 290.0, 310.0, 34.0, 30.0])
+    assert gate.outliers(labels, np.full(5, 100.0), 3.0).tolist() == [
+        False,
+        False,
+        True,
+        False,
+        True,
+    ]
+
+
+def test_a_shift_is_a_regime_only_after_it_held_over_rounds_and_time() -> None:
+    rules = ShiftRules(hold_s=60)
+    s = gate.next_shift(Shift(None), 0.9, now=0, rules=rules, before_id=7)
+    assert s == Shift(0, 1, 7) and not gate.established(s, 0, rules)
+    s = gate.next_shift(s, None, now=30, rules=rules)  # no new rows: nothing changes
+    assert s == Shift(0, 1, 7)
+    s = gate.next_shift(s, 0.8, now=40, rules=rules, before_id=20)
+    assert s == Shift(0, 2, 7) and not gate.established(s, 40, rules)
+    assert gate.established(gate.next_shift(s, 0.7, now=61, rules=rules), 61, rules)
+    # A round of ordinary rows ends it: the burst has passed.
+    assert gate.next_shift(s, 0.1, now=61, rules=rules) == Shift(None, 0)
