@@ -25,6 +25,7 @@ from backend.predictor.training import predict_columns
 from backend.registry import service as registry
 from backend.registry.models import ModelVersion
 from backend.samples.models import Sample, TargetCode
+from backend.samples.schemas import RoleCount
 from backend.samples.service import window_stats
 from backend.samples.window import WindowSpec
 from backend.settings import Settings
@@ -416,6 +417,7 @@ class SamplesView:
     targets: list[TargetCoverage]
     samples_per_min: float
     last_sample_at: datetime | None
+    pod_types: list[RoleCount]
 
 
 def _range(lo: float, hi: float) -> str:
@@ -470,4 +472,5 @@ def samples_view(session: Session, pool: Pool, spec: WindowSpec) -> SamplesView:
         targets=targets,
         samples_per_min=recent.per_minute(pool.id),
         last_sample_at=last_sample_at(session, pool.id, recent),
+        pod_types=stats.pod_types,
     )
