@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from backend import logs, migrate
@@ -105,9 +104,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     console = Console(settings)
     app.state.console = console  # its state (clock, renderer) is reachable for tests
     app.mount(CONSOLE_PREFIX, console.app)
-
-    @app.get("/", include_in_schema=False)
-    def console_home() -> RedirectResponse:
-        return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=307)
 
     return app

@@ -87,6 +87,12 @@ class ServingSettings(BaseModel):
     poll_interval_s: float = Field(
         5.0, gt=0, description="Fallback poll of the active models, should a notification be lost."
     )
+    ready_without_model: bool = Field(
+        True,
+        description="`/readyz` (and `/pools/{pool}/readyz`) answer 200 before the pool has a "
+        "model: the EPP then routes with its composite heuristic while predictions answer 503. "
+        "False: not ready until a model is loaded (upstream's prediction-sidecar behaviour).",
+    )
 
 
 class AuthSettings(BaseModel):
