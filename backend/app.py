@@ -81,7 +81,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     telemetry = Telemetry()
     app.state.telemetry = telemetry
-    app.add_middleware(BodySizeLimit, limit=settings.ingest.max_body_bytes, telemetry=telemetry)
+    app.add_middleware(
+        BodySizeLimit,
+        limit=settings.ingest.max_body_bytes,
+        telemetry=telemetry,
+        read_timeout_s=settings.ingest.body_read_timeout_s,
+    )
     # Outermost: every response, errors and 413s included, gets a request id and is timed.
     app.add_middleware(RequestContext, telemetry=telemetry)
     # Routes are matched in order, one by one: the EPP's hot paths (bulk predictions on every

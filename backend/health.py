@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
-from backend.deps import Runtime, RuntimeDep
+from backend.deps import PoolPath, Runtime, RuntimeDep
 from backend.pools.models import DEFAULT_POOL
 
 router = APIRouter(tags=["health"])
@@ -96,17 +96,17 @@ async def root(request: Request, runtime: RuntimeDep) -> Response:
 
 
 @router.get("/pools/{pool}/healthz")
-async def pool_healthz(pool: str, runtime: RuntimeDep) -> dict[str, str]:
+async def pool_healthz(pool: PoolPath, runtime: RuntimeDep) -> dict[str, str]:
     await runtime.pool_id(pool)
     return {"status": "ok"}
 
 
 @router.get("/pools/{pool}/readyz")
-async def pool_readyz(pool: str, runtime: RuntimeDep) -> JSONResponse:
+async def pool_readyz(pool: PoolPath, runtime: RuntimeDep) -> JSONResponse:
     return await _readiness(runtime, pool)
 
 
 @router.get("/pools/{pool}/", include_in_schema=False)
-async def pool_root(pool: str, request: Request, runtime: RuntimeDep) -> Response:
+async def pool_root(pool: PoolPath, request: Request, runtime: RuntimeDep) -> Response:
     await runtime.pool_id(pool)
     return _root(request, runtime, pool)

@@ -192,6 +192,13 @@ class IngestSettings(BaseModel):
     max_body_bytes: int = Field(
         32 * 1024 * 1024, ge=1024, description="Largest request body accepted, in bytes."
     )
+    body_read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds from a request's start within which its whole body must arrive; a "
+        "client stalling mid-body is answered 408 and its connection closed (uvicorn's "
+        "keep-alive timeout does not cover a body being read).",
+    )
     processes: int = Field(
         1,
         ge=0,

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from pydantic import ValidationError
 
 from backend.auth.deps import scope
-from backend.deps import Runtime, RuntimeDep
+from backend.deps import PoolPath, Runtime, RuntimeDep
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.schemas import BulkPredictionRequest, PredictionRequest
 from backend.prediction.service import (
@@ -253,7 +253,7 @@ async def default_pool() -> str:
     return DEFAULT_POOL
 
 
-async def path_pool(pool: str) -> str:
+async def path_pool(pool: PoolPath) -> str:
     return pool
 
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request, Response, status
 from fastapi.responses import JSONResponse
 
 from backend.auth.deps import scope
-from backend.deps import Runtime, RuntimeDep, SessionDep
+from backend.deps import PoolPath, Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.service import openapi_body
 from backend.samples.router import ingest_request
@@ -45,7 +45,7 @@ async def add_training_data_bulk(request: Request, runtime: RuntimeDep) -> JSONR
     openapi_extra=openapi_body(UpstreamTrainingBulk),
 )
 async def add_training_data_bulk_pool(
-    pool: str, request: Request, runtime: RuntimeDep
+    pool: PoolPath, request: Request, runtime: RuntimeDep
 ) -> JSONResponse:
     """Upstream-compatible bulk ingestion into any pool."""
     done = await ingest_request(request, runtime, pool, "upstream")
@@ -66,6 +66,6 @@ def metrics(runtime: RuntimeDep, session: SessionDep) -> Response:
 
 
 @router.get("/pools/{pool}/metrics", response_class=Response)
-def pool_metrics(pool: str, runtime: RuntimeDep, session: SessionDep) -> Response:
+def pool_metrics(pool: PoolPath, runtime: RuntimeDep, session: SessionDep) -> Response:
     """Upstream's training-server series for one pool."""
     return Response(_upstream_metrics(runtime, session, pool), media_type=CONTENT_TYPE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 from sqlalchemy import select
@@ -9,7 +10,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from backend.pools.models import DEFAULT_POOL, Pool
-from backend.pools.schemas import PoolCreate
+from backend.pools.schemas import POOL_NAME_PATTERN, PoolCreate
+
+# No pool can be named otherwise: such a name is unknown without asking the database (which
+# refuses a NUL in a string with an error rather than an empty answer).
+_possible_name = re.compile(POOL_NAME_PATTERN).fullmatch
 
 
 class PoolNotFound(LookupError):
@@ -38,6 +43,8 @@ class PoolCache:
         pool_id = self._ids.get(name)
         if pool_id is not None:
             return pool_id
+        if not _possible_name(name):
+            raise PoolNotFound(name)
         pool_id = session.scalar(select(Pool.id).where(Pool.name == name))
         if pool_id is None:
             raise PoolNotFound(name)
@@ -51,6 +58,8 @@ def list_pools(session: Session) -> list[Pool]:
 
 
 def get_pool(session: Session, name: str) -> Pool:
+    if not _possible_name(name):
+        raise PoolNotFound(name)
     pool = session.scalar(select(Pool).where(Pool.name == name))
     if pool is None:
         raise PoolNotFound(name)
