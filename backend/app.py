@@ -14,6 +14,7 @@ from backend.background import start_background
 from backend.compat.prediction import pool_router as compat_pool_router
 from backend.compat.prediction import root_router as compat_root_router
 from backend.compat.training import router as compat_training_router
+from backend.dataplane import DataPlaneOnly
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.deps import Runtime
 from backend.errors import ERROR_RESPONSES, BodySizeLimit, install_error_handlers
@@ -87,6 +88,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         telemetry=telemetry,
         read_timeout_s=settings.ingest.body_read_timeout_s,
     )
+    # The EPP's port serves its routes only (see backend/dataplane.py).
+    if settings.data_plane_port is not None:
+        data_plane = (compat_training_router, compat_root_router, compat_pool_router, health_router)
+        app.add_middleware(
+            DataPlaneOnly,
+            port=settings.data_plane_port,
+            routes=[route for router in data_plane for route in router.routes],
+        )
     # Outermost: every response, errors and 413s included, gets a request id and is timed.
     app.add_middleware(RequestContext, telemetry=telemetry)
     # Routes are matched in order, one by one: the EPP's hot paths (bulk predictions on every

@@ -10,7 +10,7 @@ import itertools
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -109,6 +109,13 @@ class AuthSettings(BaseModel):
         description="Leave the upstream-compatible routes (/add_training_data_bulk, /predict/...) "
         "open even when tokens are required: the llm-d EPP sends no credentials, so they must be "
         "reachable only from its trusted network (NetworkPolicy). False requires tokens there too.",
+    )
+    upstream_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description='Client networks (CIDRs, e.g. ["10.42.0.0/16"]) allowed to call the '
+        "token-less upstream routes and /metrics; any other client gets 403 there unless it "
+        "brings a token (with `required` on). Empty: any client, as before. Behind a proxy the "
+        "client is the one named by X-Forwarded-For from `forwarded_allow_ips`.",
     )
 
 
@@ -234,6 +241,16 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Address `headroom serve` binds.")
     port: int = Field(8000, description="Port `headroom serve` listens on.")
+    data_plane_port: int | None = Field(
+        None,
+        description="A second port `headroom serve` listens on that serves only what the EPP "
+        "calls: the upstream routes (at the root and under /pools/{pool}), /metrics, /healthz "
+        "and /readyz. Expose it to the EPP's network only, and the main port (console, /v1) "
+        "where operators reach it. Unset: one port serves everything.",
+    )
+    data_plane_host: str | None = Field(
+        None, description="Address the data-plane port binds; unset: the same as `host`."
+    )
     forwarded_allow_ips: str | None = Field(
         None,
         description="Comma-separated addresses or networks of the reverse proxies whose "

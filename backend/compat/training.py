@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request, Response, status
 from fastapi.responses import JSONResponse
 
-from backend.auth.deps import scope
+from backend.auth.deps import metrics_reader, scope
 from backend.deps import PoolPath, Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.service import openapi_body
@@ -58,14 +58,18 @@ def _upstream_metrics(runtime: Runtime, session: SessionDep, pool: str) -> bytes
     return render_upstream(collector)
 
 
-@router.get("/metrics", response_class=Response)
+# The same trust as the upstream routes: the series name pools, versions and errors.
+METRICS = [Depends(metrics_reader)]
+
+
+@router.get("/metrics", response_class=Response, dependencies=METRICS)
 def metrics(runtime: RuntimeDep, session: SessionDep) -> Response:
     """Prometheus text: Headroom's own series plus upstream's for the `default` pool."""
     body = runtime.telemetry.render() + _upstream_metrics(runtime, session, DEFAULT_POOL)
     return Response(body, media_type=CONTENT_TYPE)
 
 
-@router.get("/pools/{pool}/metrics", response_class=Response)
+@router.get("/pools/{pool}/metrics", response_class=Response, dependencies=METRICS)
 def pool_metrics(pool: PoolPath, runtime: RuntimeDep, session: SessionDep) -> Response:
     """Upstream's training-server series for one pool."""
     return Response(_upstream_metrics(runtime, session, pool), media_type=CONTENT_TYPE)

@@ -10,6 +10,7 @@ import uvicorn
 import yaml
 from typer.testing import CliRunner
 
+from backend import cli
 from backend.cli import app
 from backend.settings import Settings, get_settings
 
@@ -94,8 +95,8 @@ def test_behind_nginx_the_api_sees_the_real_client_address(monkeypatch: Any) -> 
         assert services[name]["environment"]["HEADROOM_FORWARDED_ALLOW_IPS"] == "*"
     assert "ports" not in services["api-1"] and "ports" not in services["api-2"]
 
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    calls: list[uvicorn.Config] = []
+    monkeypatch.setattr(cli, "run_server", lambda config, _: calls.append(config))
     monkeypatch.setattr(sys, "setswitchinterval", lambda _: None)
     monkeypatch.setenv("HEADROOM_DATABASE_URL", "sqlite://")
     monkeypatch.setenv("HEADROOM_FORWARDED_ALLOW_IPS", "10.0.0.0/8")
@@ -105,4 +106,4 @@ def test_behind_nginx_the_api_sees_the_real_client_address(monkeypatch: Any) -> 
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output
-    assert calls[0]["forwarded_allow_ips"] == "10.0.0.0/8"
+    assert calls[0].forwarded_allow_ips == "10.0.0.0/8"
