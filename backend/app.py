@@ -17,6 +17,7 @@ from backend.compat.training import router as compat_training_router
 from backend.dataplane import DataPlaneOnly
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.deps import Runtime
+from backend.docs import install_docs
 from backend.errors import ERROR_RESPONSES, BodySizeLimit, install_error_handlers
 from backend.health import router as health_router
 from backend.logs import RequestContext
@@ -78,7 +79,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Predicted-latency routing control plane for LLM inference pools.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served by install_docs, with a Content-Security-Policy
+        redoc_url=None,
     )
+    install_docs(app)
     install_error_handlers(app)
     telemetry = Telemetry()
     app.state.telemetry = telemetry
