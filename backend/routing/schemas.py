@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from backend.policies.schemas import MAX_SLO_MS
 from backend.pools.models import DEFAULT_POOL
 from backend.pools.schemas import POOL_NAME_PATTERN
+from backend.predictor.features import normalise_role
 from backend.samples.schemas import INT32_MAX, Features, NameText
 
 MAX_CANDIDATES = 10_000
@@ -18,6 +19,31 @@ The per-list cap alone let 1,600 x 10,000 values through, which grew the process
 MAX_BODY_VALUES = 1_000_000
 """Commas a `/v1/schedule` body may hold, counted before it is parsed: an upper bound on the
 values the parser would allocate (a full 10,000-candidate body uses about 200,000)."""
+
+
+# What the scheduler needs of an llm-d role: which phases the pod can take.
+_SCHEDULING_ROLES: dict[str, Literal["", "prefill", "decode"]] = {
+    "": "",
+    "prefill": "prefill",
+    "decode": "decode",
+    "prefill-decode": "",
+    "both": "",
+    "encode-prefill": "prefill",
+    "encode-prefill-decode": "",
+}
+
+
+def _scheduling_role(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value  # the Literal refuses it with pydantic's own message
+    role = _SCHEDULING_ROLES.get(normalise_role(value))
+    if role is None:
+        known = ", ".join(repr(r) for r in _SCHEDULING_ROLES)
+        raise ValueError(f"must be a role that can serve a request: one of {known}")
+    return role
+
+
+Role = Annotated[Literal["", "prefill", "decode"], BeforeValidator(_scheduling_role)]
 
 
 class TopologyIn(BaseModel):
@@ -33,7 +59,12 @@ class CandidateIn(Features):
     """A candidate pod: the wire features plus who and where it is."""
 
     name: NameText = Field(min_length=1)
-    role: Literal["", "prefill", "decode"] = Field("", description="llm-d.ai/role label value.")
+    role: Role = Field(
+        "",
+        description="llm-d.ai/role label value: prefill-decode, both and encode-prefill-decode "
+        'serve both phases (as ""), encode-prefill the prefill phase; an encode-only pod '
+        "cannot take a request.",
+    )
     topology: TopologyIn | None = None
     dispatched_requests: int | None = Field(
         None, ge=0, le=INT32_MAX, description="Router's in-flight count (idle detection)."

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.samples.models import Sample
 from tests.factories import entry
 from tests.integration.test_prediction import ingest, rows, train_and_load
+from tests.integration.test_schedule import pod
 from tests.integration.test_security import make_user, signed_in
 
 LLM_D_ROLES = (
@@ -97,3 +98,19 @@ def test_absurd_roles_are_refused_by_name(client: TestClient, engine: Engine) ->
         assert r.json()["detail"].startswith("pod_type")
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM samples")).scalar_one() == 0
+
+
+def test_schedule_takes_llm_d_roles(client: TestClient) -> None:
+    pods = [
+        pod("p", role="encode-prefill"),
+        pod("d", role="decode"),
+        pod("m", role="both"),
+        pod("x", role="Prefill_Decode"),
+    ]
+    r = client.post("/v1/schedule", json={"request": {"prompt_tokens": 100}, "candidates": pods})
+    assert r.status_code == 200, r.text
+    for bad in ("encode", 3, "gpu"):
+        body = {"request": {"prompt_tokens": 100}, "candidates": [pod("e", role=bad)]}
+        r = client.post("/v1/schedule", json=body)
+        assert r.status_code == 422, bad
+        assert r.json()["detail"].startswith("candidates[0].role")
