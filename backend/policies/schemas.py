@@ -7,15 +7,13 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from backend.pools.schemas import POOL_NAME_PATTERN
+from backend.pools.schemas import FREE_TEXT, POOL_NAME_PATTERN
 
 # Physical upper bounds: a value beyond them is a typo, and some (a KV size above 2^63 bytes)
 # overflowed the int64 arithmetic of every P/D decision of the pool.
 MAX_SLO_MS = 86_400_000.0  # a day; any latency above it is a unit mistake
 MAX_KV_BYTES_PER_TOKEN = 2**24  # 16 MiB; a 405B model with full multi-head KV needs ~2 MiB
 MAX_LINK_GBPS = 100_000.0  # 100 Tbit/s; an NVLink 5 domain is 14,400
-# Free text (descriptions): line breaks and tabs, but no other control character.
-FREE_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$"
 
 
 class PolicySpec(BaseModel):

@@ -68,6 +68,9 @@ def test_control_characters_are_refused_wherever_a_name_goes(client: TestClient)
     assert client.get("/v1/samples/stats", params={"pool": "de\x00fault"}).status_code == 404
     r = client.post("/v1/objectives", json={"pool": "default", "name": "x", "description": "\x00"})
     assert r.status_code == 422
+    r = client.post("/v1/pools", json={"name": "p1", "description": "a\x00b"})
+    assert r.status_code == 422
+    assert client.post("/v1/pools", json={"name": "p1", "description": "a\nb"}).status_code == 201
 
 
 def test_policy_numbers_have_physical_bounds(client: TestClient) -> None:
