@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from backend import logs, migrate
@@ -15,8 +14,10 @@ from backend.background import start_background
 from backend.compat.prediction import pool_router as compat_pool_router
 from backend.compat.prediction import root_router as compat_root_router
 from backend.compat.training import router as compat_training_router
+from backend.dataplane import DataPlaneOnly
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.deps import Runtime
+from backend.docs import install_docs
 from backend.errors import ERROR_RESPONSES, BodySizeLimit, install_error_handlers
 from backend.health import router as health_router
 from backend.logs import RequestContext
@@ -78,11 +79,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Predicted-latency routing control plane for LLM inference pools.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served by install_docs, with a Content-Security-Policy
+        redoc_url=None,
     )
+    install_docs(app)
     install_error_handlers(app)
     telemetry = Telemetry()
     app.state.telemetry = telemetry
-    app.add_middleware(BodySizeLimit, limit=settings.ingest.max_body_bytes, telemetry=telemetry)
+    app.add_middleware(
+        BodySizeLimit,
+        limit=settings.ingest.max_body_bytes,
+        telemetry=telemetry,
+        read_timeout_s=settings.ingest.body_read_timeout_s,
+    )
+    # The EPP's port serves its routes only (see backend/dataplane.py).
+    if settings.data_plane_port is not None:
+        data_plane = (compat_training_router, compat_root_router, compat_pool_router, health_router)
+        app.add_middleware(
+            DataPlaneOnly,
+            port=settings.data_plane_port,
+            routes=[route for router in data_plane for route in router.routes],
+        )
     # Outermost: every response, errors and 413s included, gets a request id and is timed.
     app.add_middleware(RequestContext, telemetry=telemetry)
     # Routes are matched in order, one by one: the EPP's hot paths (bulk predictions on every
@@ -105,9 +122,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     console = Console(settings)
     app.state.console = console  # its state (clock, renderer) is reachable for tests
     app.mount(CONSOLE_PREFIX, console.app)
-
-    @app.get("/", include_in_schema=False)
-    def console_home() -> RedirectResponse:
-        return RedirectResponse(f"{CONSOLE_PREFIX}/", status_code=307)
 
     return app

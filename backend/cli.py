@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 import uvicorn
 from rich.console import Console
+from uvicorn.supervisors import Multiprocess
 
 from backend import migrate
 from backend.settings import get_settings
@@ -50,7 +51,7 @@ def serve(
             f"and sign in as [bold]demo[/] / [bold]{password.get_secret_value()}[/]"
         )
     _tune_interpreter()
-    uvicorn.run(
+    config = uvicorn.Config(
         "backend.app:create_app",
         factory=True,
         host=host or settings.host,
@@ -62,6 +63,31 @@ def serve(
         # None keeps uvicorn's default (FORWARDED_ALLOW_IPS, else 127.0.0.1 and ::1).
         forwarded_allow_ips=settings.forwarded_allow_ips,
     )
+    data_plane = None
+    if settings.data_plane_port is not None:
+        # The EPP's port: the same application, which tells the two apart by the local port.
+        data_plane = (settings.data_plane_host or config.host, settings.data_plane_port)
+        console.print(f"data plane (upstream routes only) on port {settings.data_plane_port}")
+    run_server(config, data_plane)
+
+
+def run_server(config: uvicorn.Config, data_plane: tuple[str, int] | None) -> None:
+    """What `uvicorn.run` does, with a second listening socket when a data-plane port is set
+    (uvicorn serves any number of sockets, in one worker or several)."""
+    sockets = [config.bind_socket()]
+    if data_plane is not None:
+        host, port = data_plane
+        sockets.append(uvicorn.Config(config.app, host=host, port=port).bind_socket())
+    server = uvicorn.Server(config)
+    try:
+        if config.workers > 1:
+            Multiprocess(config, sockets=sockets).run()
+        else:
+            server.run(sockets=sockets)
+    except KeyboardInterrupt:
+        pass
+    if config.workers == 1 and not server.started:
+        sys.exit(3)  # uvicorn's STARTUP_FAILURE: the application did not start
 
 
 def _tune_interpreter() -> None:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from backend.auth.tokens import TokenCache
+from backend.pools.schemas import POOL_NAME_PATTERN
 from backend.pools.service import PoolCache
 from backend.predictor.serving import ModelStore
 from backend.predictor.window import WindowSpec
@@ -103,3 +104,6 @@ SessionDep = Annotated[Session, Depends(get_session)]
 
 # Row ids in paths: bounded so that an absurd number is a 422, not a database overflow.
 IdPath = Annotated[int, Path(ge=1, le=2**62, description="Row id.")]
+# Pool names in paths: only what a pool can be named, so that a control character (NUL, which
+# PostgreSQL refuses in a string) is a 422 naming the parameter, not a database error.
+PoolPath = Annotated[str, Path(pattern=POOL_NAME_PATTERN, description="Pool name.")]

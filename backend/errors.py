@@ -7,6 +7,7 @@ read it; for validation errors it names the row index and field of the first pro
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -171,13 +172,36 @@ class _BodyTooLarge(HTTPException):
         super().__init__(status_code=413)
 
 
-class BodySizeLimit:
-    """Refuses bodies over `limit` bytes with 413, by header or while streaming (chunked)."""
+_CLOSE = {"connection": "close"}
 
-    def __init__(self, app: ASGIApp, limit: int, telemetry: Telemetry | None = None) -> None:
+
+class _BodyTooSlow(HTTPException):
+    # "Connection: close" makes uvicorn drop the connection after the answer: the rest of a
+    # stalled body is never read, and the socket is not held for keep-alive either.
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"request body not received within {seconds:g} s", dict(_CLOSE))
+
+
+class BodySizeLimit:
+    """Refuses bodies over `limit` bytes with 413, by header or while streaming (chunked), and
+    bodies not received within `read_timeout_s` of the request's start with 408.
+
+    uvicorn's `timeout_keep_alive` only covers the time between requests: without the
+    deadline, a client that sends headers and then stalls mid-body holds its connection, and
+    the request's memory, for as long as it likes.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        telemetry: Telemetry | None = None,
+        read_timeout_s: float = 30.0,
+    ) -> None:
         self.app = app
         self.limit = limit
         self.telemetry = telemetry
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -189,11 +213,22 @@ class BodySizeLimit:
                 return
         received = 0
         started = False
+        deadline = asyncio.get_running_loop().time() + self.read_timeout_s
+
+        body_done = False
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # later reads wait for a disconnect (streaming answers): no deadline
+                return await receive()
+            try:
+                # One timer per read (a few microseconds), cancelled as soon as data is there.
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise _BodyTooSlow(self.read_timeout_s) from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > self.limit:
                     raise _BodyTooLarge
@@ -209,6 +244,12 @@ class BodySizeLimit:
         except _BodyTooLarge:
             if not started:
                 await self._refuse(send, received)
+        except _BodyTooSlow as exc:
+            if not started:
+                response = JSONResponse(
+                    status_code=408, content={"detail": exc.detail}, headers=dict(_CLOSE)
+                )
+                await response({"type": "http"}, _empty_receive, send)
 
     async def _refuse(self, send: Send, size: int) -> None:
         if self.telemetry is not None:

@@ -10,7 +10,7 @@ import itertools
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -107,6 +107,12 @@ class ServingSettings(BaseModel):
     poll_interval_s: float = Field(
         5.0, gt=0, description="Fallback poll of the active models, should a notification be lost."
     )
+    ready_without_model: bool = Field(
+        True,
+        description="`/readyz` (and `/pools/{pool}/readyz`) answer 200 before the pool has a "
+        "model: the EPP then routes with its composite heuristic while predictions answer 503. "
+        "False: not ready until a model is loaded (upstream's prediction-sidecar behaviour).",
+    )
 
 
 class AuthSettings(BaseModel):
@@ -130,6 +136,13 @@ class AuthSettings(BaseModel):
         "follow trust_upstream_routes. Flushing is destructive: set false to require an "
         "editor's admin-scope token there even when the other upstream routes are trusted "
         "(the EPP itself never calls /flush).",
+    )
+    upstream_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description='Client networks (CIDRs, e.g. ["10.42.0.0/16"]) allowed to call the '
+        "token-less upstream routes and /metrics; any other client gets 403 there unless it "
+        "brings a token (with `required` on). Empty: any client, as before. Behind a proxy the "
+        "client is the one named by X-Forwarded-For from `forwarded_allow_ips`.",
     )
 
 
@@ -213,6 +226,13 @@ class IngestSettings(BaseModel):
     max_body_bytes: int = Field(
         32 * 1024 * 1024, ge=1024, description="Largest request body accepted, in bytes."
     )
+    body_read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds from a request's start within which its whole body must arrive; a "
+        "client stalling mid-body is answered 408 and its connection closed (uvicorn's "
+        "keep-alive timeout does not cover a body being read).",
+    )
     processes: int = Field(
         1,
         ge=0,
@@ -259,6 +279,16 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Address `headroom serve` binds.")
     port: int = Field(8000, description="Port `headroom serve` listens on.")
+    data_plane_port: int | None = Field(
+        None,
+        description="A second port `headroom serve` listens on that serves only what the EPP "
+        "calls: the upstream routes (at the root and under /pools/{pool}), /metrics, /healthz "
+        "and /readyz. Expose it to the EPP's network only, and the main port (console, /v1) "
+        "where operators reach it. Unset: one port serves everything.",
+    )
+    data_plane_host: str | None = Field(
+        None, description="Address the data-plane port binds; unset: the same as `host`."
+    )
     forwarded_allow_ips: str | None = Field(
         None,
         description="Comma-separated addresses or networks of the reverse proxies whose "

@@ -153,9 +153,26 @@ def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMe
 
 
 def render_upstream(collector: UpstreamCollector) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return generate_latest(registry)
+    """Upstream's series as upstream prints them: every sample with its braces, empty ones
+    included (`ensemble_active{} 0`), and whole numbers without a decimal point. Dashboards
+    and upstream's own suite match this text; prometheus-client would print
+    `ensemble_active 0.0`. Both are valid exposition format."""
+    lines: list[str] = []
+    for family in collector.collect():
+        lines.append(f"# HELP {family.name} {family.documentation}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels.items())
+            lines.append(f"{sample.name}{{{labels}}} {_number(sample.value)}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 class ServingCollector(Collector):

@@ -9,13 +9,15 @@ are open when `auth.trust_upstream_routes` says their network is trusted.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
 from backend.auth.service import LOCAL_ACTOR, Actor, Scope
-from backend.deps import RuntimeDep
+from backend.deps import Runtime, RuntimeDep
 from backend.exceptions import Forbidden
 
 _BEARER = {"WWW-Authenticate": "Bearer"}
@@ -57,13 +59,42 @@ async def editor(actor: ActorDep) -> Actor:
 EditorDep = Annotated[Actor, Depends(editor)]
 
 
+@lru_cache(maxsize=4096)
+def _within(host: str, networks: tuple[IPv4Network | IPv6Network, ...]) -> bool:
+    # Cached per client address: the EPP is one or a few addresses calling many times a second.
+    try:
+        address = ip_address(host)
+    except ValueError:  # not an IP (a test client's "testclient"): never inside a network
+        return False
+    return any(address in network for network in networks)
+
+
+def _upstream_open(request: Request, runtime: Runtime) -> bool:
+    """True when the upstream trust lets this request in without a token. A client outside
+    `auth.upstream_networks` is refused (403) unless it brings a token for the check that
+    follows (and tokens mean something only when `auth.required` is on)."""
+    auth = runtime.settings.auth
+    if auth.upstream_networks:
+        host = request.client.host if request.client is not None else ""
+        if not _within(host, tuple(auth.upstream_networks)):
+            if _bearer(request) is None or not auth.required:
+                raise HTTPException(403, f"client {host} is not in auth.upstream_networks")
+            return False
+    return not auth.required or auth.trust_upstream_routes
+
+
 def scope(needed: Scope, *, upstream: bool = False) -> Callable[..., Awaitable[Actor]]:
     """A dependency requiring `needed` on data-plane routes (open when auth is off, and for
-    upstream routes when their network is trusted)."""
+    upstream routes when their network is trusted).
+
+    Upstream routes are refused (403) to a client outside `auth.upstream_networks` without a
+    token, before anything of its request is read.
+    """
 
     async def check(request: Request, runtime: RuntimeDep) -> Actor:
-        auth = runtime.settings.auth
-        if not auth.required or (upstream and auth.trust_upstream_routes):
+        if upstream and _upstream_open(request, runtime):
+            return LOCAL_ACTOR
+        if not runtime.settings.auth.required:
             return LOCAL_ACTOR
         actor = await current_actor(request, runtime)
         if needed not in actor.scopes and "admin" not in actor.scopes:
@@ -71,3 +102,11 @@ def scope(needed: Scope, *, upstream: bool = False) -> Callable[..., Awaitable[A
         return actor
 
     return check
+
+
+async def metrics_reader(request: Request, runtime: RuntimeDep) -> Actor:
+    """`/metrics`: open exactly where the upstream routes are (the same networks, the same
+    trust); elsewhere any valid token may read it, as it may read the control plane."""
+    if _upstream_open(request, runtime):
+        return LOCAL_ACTOR
+    return await current_actor(request, runtime)

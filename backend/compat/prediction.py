@@ -14,11 +14,10 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Request, Response
-from pydantic import ValidationError
+from fastapi import APIRouter, Depends, Request, Response
 
 from backend.auth.deps import scope
-from backend.deps import Runtime, RuntimeDep
+from backend.deps import PoolPath, Runtime, RuntimeDep
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.schemas import BulkPredictionRequest, PredictionRequest
 from backend.prediction.service import (
@@ -122,41 +121,33 @@ def make_router(pool_dep: Callable[..., Awaitable[str]], prefix: str) -> APIRout
     async def predict_bulk(
         request: Request, runtime: RuntimeDep, pool: str = pool_param
     ) -> Response:
-        """Lenient: bad rows get `errors` entries and null predictions; the rest are answered."""
+        """Upstream's lenient bulk: the body is validated whole (422 naming the first bad row,
+        as upstream answers); a failure to predict (no model yet) is a 200 with every row in
+        `errors` and null predictions, where strict answers 503."""
         started = time.perf_counter()
+        body = await parse_body(request, BulkPredictionRequest)
+        rows = body.requests
+        n = len(rows)
         try:
-            payload = orjson.loads(await request.body())
-            raw = payload["requests"]
-            assert isinstance(raw, list)
-        except (orjson.JSONDecodeError, KeyError, TypeError, AssertionError):
-            raise HTTPException(422, 'body must be {"requests": [...]}') from None
-        if not 1 <= len(raw) <= 10_000:
-            raise HTTPException(422, "requests: between 1 and 10000 rows")
-        valid: list[tuple[int, PredictionRequest]] = []
-        errors: list[dict[str, Any]] = []
-        for i, row in enumerate(raw):
-            try:
-                valid.append((i, PredictionRequest.model_validate(row)))
-            except ValidationError as exc:
-                errors.append({"index": i, "error": _first_error(exc), "request": row})
-        predictions: list[dict[str, Any] | None] = [None] * len(raw)
-        if valid:
-            try:
-                p = predict_rows(runtime.store, pool, [r for _, r in valid])
-                for (i, _), out in zip(valid, _rows(p, _meta(runtime, pool)), strict=True):
-                    predictions[i] = out
-            except ModelsNotReady:
-                await ensure_known_async(runtime, pool)
-                errors.extend({"index": i, "error": NOT_READY, "request": raw[i]} for i, _ in valid)
-                errors.sort(key=lambda e: e["index"])
-        ok = sum(p is not None for p in predictions)
+            p = predict_rows(runtime.store, pool, rows)
+        except ModelsNotReady:
+            await ensure_known_async(runtime, pool)
+            predictions: list[dict[str, Any] | None] = [None] * n
+            errors = [
+                {"index": i, "error": NOT_READY, "request": row.model_dump()}
+                for i, row in enumerate(rows)
+            ]
+        else:
+            predictions = list(_rows(p, _meta(runtime, pool)))
+            errors = []
+        ok = n - len(errors)
         return _json(
             {
                 "predictions": predictions,
                 "errors": errors,
-                "total_requests": len(raw),
+                "total_requests": n,
                 "successful_predictions": ok,
-                "failed_predictions": len(raw) - ok,
+                "failed_predictions": n - ok,
                 "processing_time_ms": round((time.perf_counter() - started) * 1000, 3),
             }
         )
@@ -243,17 +234,11 @@ def make_router(pool_dep: Callable[..., Awaitable[str]], prefix: str) -> APIRout
     return router
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    field = ".".join(str(p) for p in err["loc"])
-    return f"{field}: {err['msg']}" if field else str(err["msg"])
-
-
 async def default_pool() -> str:
     return DEFAULT_POOL
 
 
-async def path_pool(pool: str) -> str:
+async def path_pool(pool: PoolPath) -> str:
     return pool
 
 

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Body, Depends, Request, Response, status
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from backend.auth.deps import current_actor, editor, scope
+from backend.auth.deps import current_actor, editor, metrics_reader, scope
 from backend.auth.service import Actor
 from backend.db import unit_of_work
-from backend.deps import Runtime, RuntimeDep, SessionDep
+from backend.deps import PoolPath, Runtime, RuntimeDep, SessionDep
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.service import openapi_body
 from backend.registry import service as registry
@@ -58,7 +58,7 @@ async def add_training_data_bulk(request: Request, runtime: RuntimeDep) -> JSONR
     openapi_extra=openapi_body(UpstreamTrainingBulk),
 )
 async def add_training_data_bulk_pool(
-    pool: str, request: Request, runtime: RuntimeDep
+    pool: PoolPath, request: Request, runtime: RuntimeDep
 ) -> JSONResponse:
     """Upstream-compatible bulk ingestion into any pool."""
     done = await ingest_request(request, runtime, pool, "upstream")
@@ -71,15 +71,19 @@ def _upstream_metrics(runtime: Runtime, session: SessionDep, pool: str) -> bytes
     return render_upstream(collector)
 
 
-@router.get("/metrics", response_class=Response)
+# The same trust as the upstream routes: the series name pools, versions and errors.
+METRICS = [Depends(metrics_reader)]
+
+
+@router.get("/metrics", response_class=Response, dependencies=METRICS)
 def metrics(runtime: RuntimeDep, session: SessionDep) -> Response:
     """Prometheus text: Headroom's own series plus upstream's for the `default` pool."""
     body = runtime.telemetry.render() + _upstream_metrics(runtime, session, DEFAULT_POOL)
     return Response(body, media_type=CONTENT_TYPE)
 
 
-@router.get("/pools/{pool}/metrics", response_class=Response)
-def pool_metrics(pool: str, runtime: RuntimeDep, session: SessionDep) -> Response:
+@router.get("/pools/{pool}/metrics", response_class=Response, dependencies=METRICS)
+def pool_metrics(pool: PoolPath, runtime: RuntimeDep, session: SessionDep) -> Response:
     """Upstream's training-server series for one pool."""
     return Response(_upstream_metrics(runtime, session, pool), media_type=CONTENT_TYPE)
 

@@ -7,7 +7,13 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from backend.pools.schemas import POOL_NAME_PATTERN
+from backend.pools.schemas import FREE_TEXT, POOL_NAME_PATTERN
+
+# Physical upper bounds: a value beyond them is a typo, and some (a KV size above 2^63 bytes)
+# overflowed the int64 arithmetic of every P/D decision of the pool.
+MAX_SLO_MS = 86_400_000.0  # a day; any latency above it is a unit mistake
+MAX_KV_BYTES_PER_TOKEN = 2**24  # 16 MiB; a 405B model with full multi-head KV needs ~2 MiB
+MAX_LINK_GBPS = 100_000.0  # 100 Tbit/s; an NVLink 5 domain is 14,400
 
 
 class PolicySpec(BaseModel):
@@ -16,10 +22,16 @@ class PolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     default_ttft_slo_ms: float | None = Field(
-        None, gt=0, description="TTFT SLO for requests without `x-llm-d-slo-ttft-ms`; none: no SLO."
+        None,
+        gt=0,
+        le=MAX_SLO_MS,
+        description="TTFT SLO for requests without `x-llm-d-slo-ttft-ms`; none: no SLO.",
     )
     default_tpot_slo_ms: float | None = Field(
-        None, gt=0, description="TPOT SLO for requests without `x-llm-d-slo-tpot-ms`; none: no SLO."
+        None,
+        gt=0,
+        le=MAX_SLO_MS,
+        description="TPOT SLO for requests without `x-llm-d-slo-tpot-ms`; none: no SLO.",
     )
     mode: Literal["routing", "slo"] = Field(
         "slo", description="routing: pick the lowest predicted latency; slo: the SLO-aware chain."
@@ -43,7 +55,10 @@ class PolicySpec(BaseModel):
         0.01, ge=0, le=1, description="Chance to skip the affinity gate and consider every pod."
     )
     max_ttft_penalty_ms: float = Field(
-        5000.0, ge=0, description="Drop affinity when the best sticky pod is this much slower."
+        5000.0,
+        ge=0,
+        le=MAX_SLO_MS,
+        description="Drop affinity when the best sticky pod is this much slower.",
     )
     slo_buffer_factor: float = Field(1.0, gt=0, le=10, description="Multiplier on the TPOT SLO.")
     picker: Literal["weighted_random", "best_fit"] = Field(
@@ -63,13 +78,26 @@ class PolicySpec(BaseModel):
         256, ge=1, le=1_000_000, description="Joint P/D: decode cost = tokens x predicted TPOT."
     )
     kv_bytes_per_token: int = Field(
-        131072, ge=1, description="KV-cache bytes per token of the model (Llama-3-8B: 131072)."
+        131072,
+        ge=1,
+        le=MAX_KV_BYTES_PER_TOKEN,
+        description="KV-cache bytes per token of the model (Llama-3-8B: 131072).",
     )
-    transfer_same_host_gbps: float = Field(50.0, gt=0, description="KV transfer, same host.")
-    transfer_same_rack_gbps: float = Field(25.0, gt=0, description="KV transfer, same rack.")
-    transfer_same_zone_gbps: float = Field(6.0, gt=0, description="KV transfer, same zone.")
-    transfer_same_region_gbps: float = Field(2.0, gt=0, description="KV transfer, same region.")
-    transfer_cross_region_gbps: float = Field(0.5, gt=0, description="KV transfer, cross region.")
+    transfer_same_host_gbps: float = Field(
+        50.0, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same host."
+    )
+    transfer_same_rack_gbps: float = Field(
+        25.0, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same rack."
+    )
+    transfer_same_zone_gbps: float = Field(
+        6.0, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same zone."
+    )
+    transfer_same_region_gbps: float = Field(
+        2.0, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same region."
+    )
+    transfer_cross_region_gbps: float = Field(
+        0.5, gt=0, le=MAX_LINK_GBPS, description="KV transfer, cross region."
+    )
 
 
 class PolicyCreate(PolicySpec):
@@ -142,14 +170,14 @@ class ObjectiveCreate(BaseModel):
     priority: int = Field(
         0, ge=-(2**31), le=2**31 - 1, description="Higher is more critical; < 0 is sheddable."
     )
-    description: str = Field("", max_length=500)
+    description: str = Field("", max_length=500, pattern=FREE_TEXT)
 
 
 class ObjectiveUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     priority: int | None = Field(None, ge=-(2**31), le=2**31 - 1)
-    description: str | None = Field(None, max_length=500)
+    description: str | None = Field(None, max_length=500, pattern=FREE_TEXT)
     base_version: int | None = BASE_VERSION
 
 

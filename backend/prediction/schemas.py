@@ -10,8 +10,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.predictor.features import POD_ROLE_CODES, pod_role_code
 from backend.samples.models import WINDOW_FEATURES
-from backend.samples.schemas import MAX_BULK_ROWS, POD_TYPE_CODES, Features
+from backend.samples.schemas import MAX_BULK_ROWS, Features
 
 PredictionRequest = Features
 
@@ -31,8 +32,15 @@ def columns(rows: list[Features]) -> dict[str, npt.NDArray[Any]]:
     cols: dict[str, npt.NDArray[Any]] = {
         name: matrix[:, j] for j, name in enumerate(_NUMERIC_FIELDS)
     }
+    # A dict hit for every llm-d role; only an unknown spelling pays for the normalisation.
+    known = POD_ROLE_CODES.get
     cols["pod_type"] = np.fromiter(
-        (POD_TYPE_CODES[r.pod_type or ""] for r in rows), dtype=np.float64, count=n
+        (
+            code if (code := known(r.pod_type or "")) is not None else pod_role_code(r.pod_type)
+            for r in rows
+        ),
+        dtype=np.float64,
+        count=n,
     )
     cols["pod_class"] = np.array([r.pod_class for r in rows], dtype=object)
     return cols

@@ -21,7 +21,23 @@ Target = Literal["ttft", "tpot"]
 Columns = Mapping[str, npt.NDArray[Any]]
 FeatureMatrix = npt.NDArray[np.float32]
 
-POD_TYPE_CODES: Final[Mapping[str, int]] = {"": 0, "prefill": 1, "decode": 2}
+POD_TYPE_CODES: Final[Mapping[str, int]] = {"": 0, "prefill": 1, "decode": 2, "encode": 3}
+"""The pod classes the models know, by their canonical name (the feature column's values)."""
+
+POD_ROLE_CODES: Final[Mapping[str, int]] = {
+    **POD_TYPE_CODES,
+    # llm-d.ai/role values: a pod serving both phases behaves like a monolithic one, and the
+    # multimodal roles share the encoder's cost profile, which no text-only class has.
+    "prefill-decode": 0,
+    "both": 0,
+    "encode-prefill": 3,
+    "encode-prefill-decode": 3,
+}
+"""Every role value the EPP may send as ``pod_type`` (the raw ``llm-d.ai/role`` label) -> code."""
+
+UNKNOWN_ROLE_CODE: Final = 0
+"""An unrecognised role is read as a pod serving both phases: the behaviour of a pod without a
+role label, which the model has seen most of."""
 
 ATTENTION_WEIGHT: Final = 0.12
 """Upper bound on prefill attention cost per 1000 token pairs, relative to the linear layers'
@@ -191,15 +207,29 @@ def feature_matrix(target: Target, cols: Columns) -> FeatureMatrix:
     return ttft_features(cols) if target == "ttft" else tpot_features(cols)
 
 
+def normalise_role(value: str) -> str:
+    """``" Prefill_Decode "`` -> ``"prefill-decode"``: label values spelt another way."""
+    return value.strip().lower().replace("_", "-")
+
+
+def is_known_role(value: str | None) -> bool:
+    return not value or normalise_role(value) in POD_ROLE_CODES
+
+
+def pod_role_code(value: str | None) -> int:
+    """A wire ``pod_type`` (None counts as "") -> the code the models use; unknown roles get
+    ``UNKNOWN_ROLE_CODE`` instead of an error, so that no batch is lost over a new label."""
+    if not value:
+        return 0
+    code = POD_ROLE_CODES.get(value)
+    if code is None:
+        code = POD_ROLE_CODES.get(normalise_role(value), UNKNOWN_ROLE_CODE)
+    return code
+
+
 def pod_type_codes(values: Iterable[str | None]) -> npt.NDArray[np.int8]:
-    """Wire ``pod_type`` strings (None counts as "") -> the int codes the models use."""
-    out = []
-    for value in values:
-        key = "" if value is None else str(value)
-        if key not in POD_TYPE_CODES:
-            raise ValueError(f"unknown pod_type {key!r}")
-        out.append(POD_TYPE_CODES[key])
-    return np.asarray(out, dtype=np.int8)
+    """Wire ``pod_type`` strings -> the int codes the models use."""
+    return np.asarray([pod_role_code(v) for v in values], dtype=np.int8)
 
 
 UNKNOWN_CLASS = 0

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from backend.auth.deps import scope
 from backend.deps import Runtime, RuntimeDep
+from backend.errors import validate_body
 from backend.exceptions import Invalid
-from backend.prediction.service import openapi_body, parse_body
-from backend.routing.schemas import ScheduleIn, ScheduleOut
+from backend.prediction.service import openapi_body
+from backend.routing.schemas import MAX_BODY_VALUES, ScheduleIn, ScheduleOut
 from backend.routing.service import PoolPolicy, decide, resolve
 
 router = APIRouter(prefix="/v1", tags=["schedule"], dependencies=[Depends(scope("predict"))])
@@ -36,7 +37,11 @@ async def schedule_request(request: Request, runtime: RuntimeDep) -> Response:
     `x-llm-d-inference-objective`). Without a model the heuristic fallback decides
     (`decision.fallback`): a request is never dropped because the predictor is unavailable.
     """
-    body = await parse_body(request, ScheduleIn)
+    raw = await request.body()
+    # Counted before parsing: the parser would allocate every value first (see MAX_BODY_VALUES).
+    if raw.count(b",") > MAX_BODY_VALUES:
+        raise HTTPException(413, f"body holds more than {MAX_BODY_VALUES} values")
+    body = validate_body(ScheduleIn, raw, json=True)
     pool = await _pool_policy(runtime, body.pool)
     headers = {k.lower(): v for k, v in request.headers.items()}
     resolved = resolve(body.request, headers, pool)  # BadHeader: 422

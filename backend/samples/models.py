@@ -69,6 +69,9 @@ class Sample(Base):
     predicted_ms: Mapped[float | None] = mapped_column(Float)
     pod: Mapped[str | None] = mapped_column(String(253))
     observed_at: Mapped[datetime] = mapped_column()
+    # The pod_type as the EPP sent it (NULL for none): `pod_type` holds the class the model
+    # reads, this keeps the llm-d.ai/role value itself, so that an unknown role is reported.
+    pod_role: Mapped[str | None] = mapped_column(String(63))
 
 
 class WindowFlush(Base):
@@ -116,4 +119,5 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "predicted_ms",
     "pod",
     "observed_at",
+    "pod_role",
 )

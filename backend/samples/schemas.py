@@ -2,19 +2,41 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, Literal
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
+
+from backend.predictor.features import POD_ROLE_CODES, POD_TYPE_CODES
 
 MAX_BULK_ROWS = 10_000
 INT32_MAX = 2**31 - 1
 # A latency above a day is a unit mistake, not a measurement.
 MAX_LATENCY_MS = 86_400_000.0
 
-PodType = Literal["", "prefill", "decode"]
-POD_TYPE_CODES: dict[str, int] = {"": 0, "prefill": 1, "decode": 2}
-POD_TYPE_NAMES: tuple[str, ...] = ("", "prefill", "decode")
+# Control characters (C0, DEL, C1) in a name end up in logs, HTML, exports and, for NUL,
+# PostgreSQL refuses the string outright: no string field of any body accepts them.
+NO_CONTROL_CHARS = r"^[^\x00-\x1f\x7f-\x9f]*$"
+SafeText = Annotated[str, StringConstraints(pattern=NO_CONTROL_CHARS)]
+NameText = Annotated[str, StringConstraints(max_length=253, pattern=NO_CONTROL_CHARS)]
+"""A pod or host name: at most a Kubernetes object name's length, no control characters."""
+
+POD_TYPE_NAMES: tuple[str, ...] = tuple(POD_TYPE_CODES)
+KNOWN_POD_ROLES: tuple[str, ...] = tuple(POD_ROLE_CODES)
+MAX_ROLE_LENGTH = 63  # a Kubernetes label value
+
+# Sample times further from the server's clock are a broken clock or a forged row; accepted,
+# they would sort before or after every honest row and, at the edges of the calendar,
+# overflow the date arithmetic of the pages that read them back.
+MAX_SAMPLE_AGE = timedelta(days=366)
+MAX_CLOCK_AHEAD = timedelta(days=1)
 
 
 def _count(default: int | None = None, description: str = "") -> Any:
@@ -39,7 +61,15 @@ class Features(BaseModel):
     prefix_cache_score: float = Field(
         ge=0, le=1, description="Share of the prompt already in the pod's prefix cache."
     )
-    pod_type: PodType | None = Field("", description='"", "prefill" or "decode".')
+    pod_type: str | None = Field(
+        "",
+        max_length=MAX_ROLE_LENGTH,
+        pattern=NO_CONTROL_CHARS,
+        description='The pod\'s llm-d.ai/role label value, stored as sent: "", prefill, '
+        "decode, prefill-decode and both (both phases), encode, encode-prefill, "
+        "encode-prefill-decode; another value is read as both phases and reported in "
+        "/v1/samples/stats.",
+    )
     prefill_tokens_in_flight: int = _count(
         0, "Uncached prompt tokens dispatched, not yet prefilled."
     )
@@ -47,7 +77,10 @@ class Features(BaseModel):
     encoder_input_size: int = _count(0, "Multimodal encoder input size.")
     encoder_matched_size: int = _count(0, "Part of the encoder input already cached.")
     pod_class: str | None = Field(
-        None, max_length=63, description="Ours: GPU type / runtime of the pod, for mixed pools."
+        None,
+        max_length=63,
+        pattern=NO_CONTROL_CHARS,
+        description="Ours: GPU type / runtime of the pod, for mixed pools.",
     )
 
     @field_validator("encoder_matched_size")
@@ -72,14 +105,23 @@ class TrainingEntry(Features):
         None, ge=0, le=MAX_LATENCY_MS, description="The prediction the router used, if any."
     )
     predicted_tpot_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS)
-    pod: str | None = Field(None, max_length=253, description="Name of the pod that served it.")
+    pod: NameText | None = Field(None, description="Name of the pod that served it.")
 
     @field_validator("timestamp")
     @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
+    def _aware_and_recent(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
         # The EPP sends UTC; a naive time is read as UTC rather than as server-local time.
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        now = datetime.now(UTC)
+        # Compared, never converted: converting 9999-12-31T23:00-05:00 to UTC overflows.
+        if not now - MAX_SAMPLE_AGE <= value <= now + MAX_CLOCK_AHEAD:
+            raise ValueError(
+                f"must be within {MAX_SAMPLE_AGE.days} days before and "
+                f"{MAX_CLOCK_AHEAD.days} day after the server's clock ({now:%Y-%m-%dT%H:%M}Z)"
+            )
         return value
 
 
@@ -129,10 +171,24 @@ class TargetStats(BaseModel):
     )
 
 
+class RoleCount(BaseModel):
+    pod_type: str = Field(description='The value as the EPP sent it ("" for none).')
+    samples: int
+    known: bool = Field(
+        description="False: a role Headroom does not know, read as a pod serving both phases."
+    )
+
+
 class WindowStats(BaseModel):
     pool: str
     cap: int = Field(description="Most samples a bucket keeps (trimmed in the background).")
     targets: dict[str, TargetStats]
+    pod_types: list[RoleCount] = Field(
+        default_factory=list, description="Rows stored per pod_type value, most first."
+    )
+    unknown_pod_types: list[str] = Field(
+        default_factory=list, description="Values of pod_type that no known role matches."
+    )
 
 
 class UpstreamFlushRequest(BaseModel):

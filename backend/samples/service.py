@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
+from backend.predictor.features import POD_ROLE_CODES, is_known_role, pod_role_code
 from backend.predictor.window import WindowSpec
 from backend.samples import repository
 from backend.samples.models import (
@@ -25,8 +26,8 @@ from backend.samples.models import (
     WindowFlush,
 )
 from backend.samples.schemas import (
-    POD_TYPE_CODES,
     BucketCount,
+    RoleCount,
     TargetStats,
     TrainingEntry,
     WindowStats,
@@ -76,21 +77,25 @@ def build_rows(
     now = datetime.now(UTC)
     rows: list[Row] = []
     n_ttft = n_tpot = unlabelled = 0
-    bucket_of, draw, codes = spec.bucket, rng.random, POD_TYPE_CODES
+    bucket_of, draw, codes = spec.bucket, rng.random, POD_ROLE_CODES
     ttft, tpot = int(TargetCode.TTFT), int(TargetCode.TPOT)
     for e in entries:
-        features = (*_before_pod_type(e), codes[e.pod_type or ""], *_after_pod_type(e))
+        role = e.pod_type or None
+        code = codes.get(role) if role else 0
+        if code is None:  # an llm-d role spelt otherwise, or one nobody knows yet
+            code = pod_role_code(role)
+        features = (*_before_pod_type(e), code, *_after_pod_type(e))
         bucket = bucket_of(features[_KV], features[_PREFIX], features[_WAITING])
         observed = e.timestamp or now
         # The held-out flag is drawn once, at arrival: a sample never changes sets.
         if e.actual_ttft_ms > 0:
             test = draw() < test_fraction
-            label = (e.actual_ttft_ms, e.predicted_ttft_ms, e.pod, observed)
+            label = (e.actual_ttft_ms, e.predicted_ttft_ms, e.pod, observed, role)
             rows.append((pool_id, ttft, bucket, test, *features, *label))
             n_ttft += 1
         if e.actual_tpot_ms > 0:
             test = draw() < test_fraction
-            label = (e.actual_tpot_ms, e.predicted_tpot_ms, e.pod, observed)
+            label = (e.actual_tpot_ms, e.predicted_tpot_ms, e.pod, observed, role)
             rows.append((pool_id, tpot, bucket, test, *features, *label))
             n_tpot += 1
         if e.actual_ttft_ms <= 0 and e.actual_tpot_ms <= 0:
@@ -190,7 +195,27 @@ def window_stats(session: Session, pool: str, pool_id: int, spec: WindowSpec) ->
         targets[target.label] = TargetStats(
             train=sum(b.train for b in buckets), test=sum(b.test for b in buckets), buckets=buckets
         )
-    return WindowStats(pool=pool, cap=spec.cap, targets=targets)
+    roles = role_counts(session, pool_id)
+    return WindowStats(
+        pool=pool,
+        cap=spec.cap,
+        targets=targets,
+        pod_types=roles,
+        unknown_pod_types=[r.pod_type for r in roles if not r.known],
+    )
+
+
+def role_counts(session: Session, pool_id: int) -> list[RoleCount]:
+    """Rows stored per raw pod_type value, most first (an unknown role shows up here)."""
+    result = session.execute(
+        select(Sample.pod_role, func.count())
+        .where(Sample.pool_id == pool_id)
+        .group_by(Sample.pod_role)
+        .order_by(func.count().desc(), Sample.pod_role)
+    )
+    return [
+        RoleCount(pod_type=role or "", samples=n, known=is_known_role(role)) for role, n in result
+    ]
 
 
 def trim_all_windows(session: Session, cap: int) -> int:

@@ -27,6 +27,7 @@ from backend.registry import service as registry
 from backend.registry.models import ModelVersion
 from backend.samples import repository as samples_repo
 from backend.samples.models import TargetCode
+from backend.samples.schemas import RoleCount
 from backend.samples.service import window_stats
 from backend.settings import Settings
 
@@ -394,6 +395,7 @@ class SamplesView:
     targets: list[TargetCoverage]
     samples_per_min: float
     last_sample_at: datetime | None
+    pod_types: list[RoleCount]
 
 
 def _range(lo: float, hi: float) -> str:
@@ -448,4 +450,5 @@ def samples_view(session: Session, pool: Pool, spec: WindowSpec) -> SamplesView:
         targets=targets,
         samples_per_min=recent.per_minute(pool.id),
         last_sample_at=last_sample_at(session, pool.id, recent),
+        pod_types=stats.pod_types,
     )

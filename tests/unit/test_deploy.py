@@ -10,6 +10,7 @@ import uvicorn
 import yaml
 from typer.testing import CliRunner
 
+from backend import cli
 from backend.cli import app
 from backend.settings import Settings, get_settings
 
@@ -94,8 +95,8 @@ def test_behind_nginx_the_api_sees_the_real_client_address(monkeypatch: Any) -> 
         assert services[name]["environment"]["HEADROOM_FORWARDED_ALLOW_IPS"] == "*"
     assert "ports" not in services["api-1"] and "ports" not in services["api-2"]
 
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    calls: list[uvicorn.Config] = []
+    monkeypatch.setattr(cli, "run_server", lambda config, _: calls.append(config))
     monkeypatch.setattr(sys, "setswitchinterval", lambda _: None)
     monkeypatch.setenv("HEADROOM_DATABASE_URL", "sqlite://")
     monkeypatch.setenv("HEADROOM_FORWARDED_ALLOW_IPS", "10.0.0.0/8")
@@ -105,4 +106,46 @@ def test_behind_nginx_the_api_sees_the_real_client_address(monkeypatch: Any) -> 
     finally:
         get_settings.cache_clear()
     assert result.exit_code == 0, result.output
-    assert calls[0]["forwarded_allow_ips"] == "10.0.0.0/8"
+    assert calls[0].forwarded_allow_ips == "10.0.0.0/8"
+
+
+def test_the_epp_data_plane_has_its_own_port_and_network_rule() -> None:
+    config = by_kind("ConfigMap")["headroom"]["data"]
+    assert config["HEADROOM_DATA_PLANE_PORT"] == "8001"
+    api = by_kind("Deployment")["headroom-api"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "data-plane", "containerPort": 8001} in api["ports"]
+    services = by_kind("Service")
+    # The EPP's Service carries the data plane only; the console has a Service of its own.
+    assert [p["port"] for p in services["headroom"]["spec"]["ports"]] == [8001]
+    assert [p["port"] for p in services["headroom-console"]["spec"]["ports"]] == [8000]
+    rules = by_kind("NetworkPolicy")["headroom-api"]["spec"]["ingress"]
+    sources = {
+        rule["ports"][0]["port"]: {
+            f["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            for f in rule["from"]
+        }
+        for rule in rules
+    }
+    assert sources == {8001: {"llm-d", "monitoring"}, 8000: {"ingress-nginx"}}
+
+
+def test_production_manifests_send_cookies_over_tls_only() -> None:
+    assert by_kind("ConfigMap")["headroom"]["data"]["HEADROOM_UI__SECURE_COOKIES"] == "true"
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for name in ("api-1", "api-2"):
+        value = services[name]["environment"]["HEADROOM_UI__SECURE_COOKIES"]
+        assert value == "${HEADROOM_SECURE_COOKIES:-true}"  # on unless the operator says off
+
+
+def test_compose_publishes_on_localhost_unless_told_otherwise() -> None:
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    published = [p for s in services.values() for p in s.get("ports", [])]
+    assert published == [
+        "${HEADROOM_PUBLISH_ADDRESS:-127.0.0.1}:8000:8000",
+        "${HEADROOM_DATA_PLANE_ADDRESS:-127.0.0.1}:8001:8001",
+    ]
+    for name in ("api-1", "api-2"):
+        assert services[name]["environment"]["HEADROOM_DATA_PLANE_PORT"] == "8001"
+    nginx = (ROOT / "deploy/nginx/nginx.conf").read_text()
+    assert "server api-1:8001" in nginx and "listen 8001" in nginx
+    assert "proxy_pass http://headroom_data_plane" in nginx

@@ -11,6 +11,7 @@ from backend.predictor.features import (
     TTFT_FEATURES,
     feature_matrix,
     feature_names,
+    is_known_role,
     pod_type_codes,
     tpot_features,
     ttft_features,
@@ -86,7 +87,13 @@ def test_base_features_are_model_features() -> None:
     assert feature_matrix("tpot", _cols()).shape[1] == len(TPOT_FEATURES)
 
 
-def test_pod_type_codes() -> None:
+def test_pod_type_codes_cover_every_llm_d_role() -> None:
     assert pod_type_codes(["", "prefill", "decode", None]).tolist() == [0, 1, 2, 0]
-    with pytest.raises(ValueError, match="encode"):
-        pod_type_codes(["encode"])
+    # Both phases on one pod read as a monolithic pod; the encode roles are one class of their own.
+    both = ["prefill-decode", "both", "Prefill_Decode"]
+    assert pod_type_codes(both).tolist() == [0, 0, 0]
+    encode = ["encode", "encode-prefill", "encode-prefill-decode"]
+    assert pod_type_codes(encode).tolist() == [3, 3, 3]
+    # A label value nobody knows yet costs no batch: it is read as a monolithic pod.
+    assert pod_type_codes(["gpu-a100-mixed"]).tolist() == [0]
+    assert not is_known_role("gpu-a100-mixed") and is_known_role("BOTH") and is_known_role(None)
