@@ -26,7 +26,7 @@ from backend.ui.deps import (
     see_other,
 )
 from backend.ui.forms import form_values, parse_policy_form, policy_groups
-from backend.ui.simulation import DEFAULT_TRACE, trace_choices
+from backend.whatif.simulation import DEFAULT_TRACE, trace_choices
 
 router = APIRouter()
 

@@ -74,13 +74,13 @@ def test_cli_bench_writes_results(tmp_path: Path) -> None:
 
 
 def test_celery_task_returns_the_benchmark_json(tmp_path: Path) -> None:
-    from celery import Celery
-
     from backend.settings import Settings
-    from workers.tasks import SIMULATE, register
+    from backend.tasks import SIMULATE, create_celery
 
-    app = Celery("test-simulate")
-    register(app, Settings())
+    # Nothing connects: the task runs in this process. The worker's tasks load as a worker's
+    # start loads them (the app's `include`).
+    app = create_celery(Settings(redis_url="redis://127.0.0.1:1/0"))
+    app.loader.import_default_modules()
     data = app.tasks[SIMULATE](
         trace="azure-code",
         pods=2,

@@ -15,6 +15,14 @@ from sqlalchemy import func, select
 
 from backend import migrate
 from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.demo.feeder import (
+    DEMO_ACTOR,
+    DEMO_POOLS,
+    DEMO_SETUP,
+    DemoFeeder,
+    DemoPool,
+    ServedRouting,
+)
 from backend.deps import Runtime
 from backend.policies.mapping import to_scheduling
 from backend.policies.service import policy_for_pool, update_policy
@@ -27,14 +35,6 @@ from backend.scheduling.types import TransferConfig
 from backend.settings import Settings, UISettings
 from backend.sim.replay import Observation, TraceReplay
 from backend.sim.traces import load_trace
-from backend.ui.demo import (
-    DEMO_ACTOR,
-    DEMO_POOLS,
-    DEMO_SETUP,
-    DemoFeeder,
-    DemoPool,
-    ServedRouting,
-)
 
 
 @pytest.fixture
