@@ -70,10 +70,17 @@ def finished(runner: WhatIfRunner, job_id: str, seconds: float = 60) -> WhatIfJo
         time.sleep(0.05)
 
 
-def assert_shown_as_failed(client: TestClient, job: WhatIfJob) -> None:
+def run_failing_whatif(client: TestClient, runner: WhatIfRunner) -> WhatIfJob:
+    """Start a run on a retired trace and check the whole failure path: the record says failed
+    with the error and no result, and the console's page says so and stops polling."""
+    job = finished(runner, start_whatif(runner, RETIRED).id)
+    assert job.status == "failed"
+    assert job.message.startswith("KeyError:") and RETIRED in job.message
+    assert job.result is None
     page = client.get(f"/ui/whatif/jobs/{job.id}")
     assert page.status_code == 200
     assert 'data-status="failed"' in page.text
     assert "The simulation failed: KeyError" in page.text
     assert RETIRED in page.text
     assert "hx-get" not in page.text.split('id="job"', 1)[1].split(">", 1)[0]  # no more polls
+    return job

@@ -10,10 +10,9 @@ from fastapi.testclient import TestClient
 from backend.app import create_app
 from backend.settings import Settings
 from tests.console import (
-    RETIRED,
-    assert_shown_as_failed,
     console_state,
     finished,
+    run_failing_whatif,
     sign_in_new_user,
     start_whatif,
 )
@@ -25,11 +24,7 @@ def test_a_failing_run_is_recorded_and_shown_and_the_next_one_runs(tmp_path: Pat
         sign_in_new_user(client, "ada")
         runner = console_state(client).whatif
         assert runner is not None
-        job = finished(runner, start_whatif(runner, RETIRED).id)
-        assert job.status == "failed"
-        assert job.message.startswith("KeyError:") and RETIRED in job.message
-        assert job.result is None
-        assert_shown_as_failed(client, job)
+        run_failing_whatif(client, runner)
         # The failure took nothing down with it: the runner's thread runs the next job.
         good = finished(runner, start_whatif(runner, "azure-code").id)
         assert good.status == "done", good.message
