@@ -2,25 +2,24 @@
 
 Every process keeps its served models fresh: a listener for activation notifications (Redis
 pub/sub in production) and a periodic poll as the fallback. In the embedded mode the process
-also trims windows and retrains, on the same service functions that Celery workers run in
-production (`workers/`), and purges expired console sessions and stale failed sign-ins.
+also runs the periodic jobs of `backend/periodic.py` (trim windows, retrain, purge expired
+console sessions and stale failed sign-ins), the table that Celery beat reads in production.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from backend.auth.sessions import purge_expired, utcnow
-from backend.db import unit_of_work
 from backend.deps import Runtime
+from backend.periodic import PERIODIC_JOBS, JobContext
 from backend.registry.locks import LocalLocks
 from backend.registry.notify import RedisListener
 from backend.registry.trainer import Trainer
-from backend.samples.service import trim_all_windows
 
 log = logging.getLogger("headroom.background")
 
@@ -73,23 +72,13 @@ def start_background(runtime: Runtime) -> Background:
         listener = RedisListener(settings.redis_url, runtime.sync).start()
         return Background([poll], [listener]).start()
 
+    # Embedded mode: the periodic jobs that Celery beat schedules in production, run here.
     trainer = Trainer(
         runtime.sessions, settings, LocalLocks(), runtime.notifier, failures=runtime.failures
     )
-
-    def trim() -> int:
-        with unit_of_work(runtime.sessions) as session:
-            return trim_all_windows(session, settings.window.cap)
-
-    def purge() -> tuple[int, int]:
-        with unit_of_work(runtime.sessions) as session:
-            return purge_expired(session, utcnow(), settings)
-
-    return Background(
-        [
-            poll,
-            Periodic("trim-windows", settings.window.trim_interval_s, trim),
-            Periodic("retrain", settings.training.interval_s, trainer.run_once),
-            Periodic("purge-sign-ins", settings.ui.purge_interval_s, purge),
-        ]
-    ).start()
+    context = JobContext(settings, runtime.sessions, trainer, trainer.train)
+    jobs = [
+        Periodic(job.name, job.interval_s(settings), functools.partial(job.run, context))
+        for job in PERIODIC_JOBS
+    ]
+    return Background([poll, *jobs]).start()

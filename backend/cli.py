@@ -113,7 +113,7 @@ def worker(
     loglevel: str = typer.Option("info", help="Celery log level."),
 ) -> None:
     """Run a Celery worker (production mode: training, window trimming)."""
-    from workers.celery_app import create_celery
+    from backend.tasks import create_celery
 
     argv = ["worker", f"--concurrency={concurrency}", f"--loglevel={loglevel}"]
     create_celery(get_settings()).worker_main(argv + (["--beat"] if beat else []))
@@ -122,7 +122,7 @@ def worker(
 @app.command()
 def beat(loglevel: str = typer.Option("info", help="Celery log level.")) -> None:
     """Run the Celery beat scheduler that enqueues periodic work (run exactly one)."""
-    from workers.celery_app import create_celery
+    from backend.tasks import create_celery
 
     create_celery(get_settings()).start(["beat", f"--loglevel={loglevel}"])
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import DateTime, Dialect, Engine, MetaData, TypeDecorator, create_engine, event
@@ -81,9 +83,12 @@ def unit_of_work(factory: sessionmaker[Session]) -> Iterator[Session]:
 
 
 def load_all_models() -> None:
-    """Import every domain's tables so that Base.metadata knows them (Alembic, tests)."""
-    from backend.auth import models as _auth  # noqa: F401
-    from backend.policies import models as _policies  # noqa: F401
-    from backend.pools import models as _pools  # noqa: F401
-    from backend.registry import models as _registry  # noqa: F401
-    from backend.samples import models as _samples  # noqa: F401
+    """Import every domain's tables so that Base.metadata knows them (Alembic, tests).
+
+    Found by convention, not listed: every `models.py` under backend/ declares tables (the ML
+    models live in predictor/regressors.py), so a new domain's tables cannot be forgotten here.
+    """
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("models.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        importlib.import_module(".".join(parts))

@@ -1,42 +1,44 @@
 """Celery tasks: each one a thin wrapper over a backend service function.
 
-The task functions live at module level and read the settings from their app (`register` puts
-them in `app.conf`), so that registering them on several apps in one process (tests, the
-console's what-if) registers the same callables, not look-alike closures.
+Celery imports this module when a worker starts (the `include` of `backend.tasks.create_celery`);
+`shared_task` registers each task on every app of the process, which reads the settings it was
+made with (`backend.tasks.settings_of`). Each task opens its own unit of work and gets ids, never
+ORM objects. The periodic ones come from the one table of `backend/periodic.py`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from celery import Celery, Task
+from celery import Task, shared_task
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.auth.sessions import purge_expired, utcnow
-from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.db import make_engine, make_sessionmaker
+from backend.periodic import PERIODIC_JOBS, JobContext, PeriodicJob
 from backend.registry.failures import RedisFailures
 from backend.registry.locks import RedisLocks
 from backend.registry.notify import RedisNotifier
 from backend.registry.trainer import Trainer
 from backend.samples.models import TargetCode
-from backend.samples.service import trim_all_windows
 from backend.settings import Settings
+from backend.tasks import SIMULATE, TRAIN, WHATIF, settings_of
+from backend.whatif.runner import run_in_worker
 
-TRIM_WINDOWS = "headroom.trim_windows"
-RETRAIN_DUE = "headroom.retrain_due"
-TRAIN = "headroom.train"
-SIMULATE = "headroom.simulate"
-PURGE_SIGN_INS = "headroom.purge_sign_ins"
-WHATIF = "headroom.whatif"
-
-_SETTINGS_KEY = "headroom_settings"
+TaskFunction = TypeVar("TaskFunction", bound=Callable[..., object])
 
 
-def _settings(task: Task) -> Settings:
-    settings: Settings = task.app.conf[_SETTINGS_KEY]
-    return settings
+def celery_task(name: str, **options: Any) -> Callable[[TaskFunction], TaskFunction]:
+    """Register the function as the bound task `name` on every Celery app of the process; the
+    module keeps the plain function (typed, and callable as it is)."""
+
+    def register(function: TaskFunction) -> TaskFunction:
+        shared_task(name=name, bind=True, **options)(function)
+        return function
+
+    return register
 
 
 @cache
@@ -64,43 +66,46 @@ def _trainer(settings: Settings) -> Trainer:
     return trainer
 
 
-def trim_windows(task: Task) -> int:
-    """Bring every window back to its per-bucket cap."""
-    settings = _settings(task)
-    with unit_of_work(_sessions(settings.database_url)) as session:
-        return trim_all_windows(session, settings.window.cap)
+def _context(task: Task) -> JobContext:
+    settings = settings_of(task.app)
+
+    def enqueue_training(pool_id: int, target: TargetCode) -> None:
+        # One task per target, so that the workers share a round of training.
+        task.app.tasks[TRAIN].delay(pool_id, target.label)
+
+    return JobContext(
+        settings, _sessions(settings.database_url), _trainer(settings), enqueue_training
+    )
 
 
-def purge_sign_ins(task: Task) -> list[int]:
-    """Delete expired console sessions and failed sign-ins older than the limit's window."""
-    settings = _settings(task)
-    with unit_of_work(_sessions(settings.database_url)) as session:
-        return list(purge_expired(session, utcnow(), settings))
+def _periodic_task(job: PeriodicJob) -> Callable[[Task], object]:
+    def run(task: Task) -> object:
+        return job.run(_context(task))
+
+    run.__name__ = run.__qualname__ = job.task.rpartition(".")[2]
+    run.__doc__ = job.run.__doc__
+    return run
 
 
-def train(task: Task, pool_id: int, target: str) -> dict[str, object]:
+PERIODIC_TASKS = {job.task: celery_task(job.task)(_periodic_task(job)) for job in PERIODIC_JOBS}
+
+
+@celery_task(TRAIN)
+def train(self: Task, pool_id: int, target: str) -> dict[str, object]:
     """Train one (pool, target); the Redis lock makes a concurrent duplicate a no-op."""
-    outcome = _trainer(_settings(task)).train(pool_id, TargetCode.from_label(target))
+    outcome = _trainer(settings_of(self.app)).train(pool_id, TargetCode.from_label(target))
     return {"status": outcome.status, "reason": outcome.reason, "version": outcome.version_id}
 
 
-def retrain_due(task: Task) -> int:
-    """Fan out one training task per (pool, target) with new samples."""
-    due = _trainer(_settings(task)).due()
-    for pool_id, target in due:
-        task.app.tasks[TRAIN].delay(pool_id, target.label)
-    return len(due)
+@celery_task(WHATIF)
+def whatif(self: Task, job_id: str) -> None:
+    """Simulate an edited policy against the active one, for the console (backend/whatif/: the
+    job record, its progress and its result live in Redis, where every replica reads them)."""
+    run_in_worker(settings_of(self.app), job_id)
 
 
-def whatif(task: Task, job_id: str) -> None:
-    """Simulate an edited policy against the active one, for the console (backend/ui/whatif.py:
-    the job record, its progress and its result live in Redis, where every replica reads them)."""
-    from backend.ui.whatif import run_in_worker
-
-    run_in_worker(_settings(task), job_id)
-
-
-def simulate(task: Task, **options: Any) -> dict[str, Any]:
+@celery_task(SIMULATE, ignore_result=False)
+def simulate(self: Task, **options: Any) -> dict[str, Any]:
     """Run the routing benchmark (``headroom bench``'s options as keywords, ``out_dir`` to also
     write the table and plots there) and return its JSON."""
     from backend.sim.bench import BenchConfig, run_bench, write_outputs
@@ -110,16 +115,3 @@ def simulate(task: Task, **options: Any) -> dict[str, Any]:
     if out_dir:
         write_outputs(data, Path(out_dir))
     return data
-
-
-def register(app: Celery, settings: Settings) -> None:
-    app.conf[_SETTINGS_KEY] = settings
-    for name, function, extra in (
-        (TRIM_WINDOWS, trim_windows, {}),
-        (PURGE_SIGN_INS, purge_sign_ins, {}),
-        (RETRAIN_DUE, retrain_due, {}),
-        (TRAIN, train, {}),
-        (WHATIF, whatif, {}),
-        (SIMULATE, simulate, {"ignore_result": False}),
-    ):
-        app.task(name=name, bind=True, **extra)(function)

@@ -16,9 +16,9 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from backend.auth.sessions import COOKIE_NAME, session_secret
+from backend.demo.feeder import DemoFeeder
 from backend.deps import Runtime
 from backend.settings import Settings
-from backend.ui.demo import DemoFeeder
 from backend.ui.deps import ConsoleState, csrf_protect
 from backend.ui.errors import install_error_pages
 from backend.ui.routes import (
@@ -33,7 +33,7 @@ from backend.ui.routes import (
     whatif,
 )
 from backend.ui.templating import Renderer, frontend_dir, make_templates
-from backend.ui.whatif import make_runner
+from backend.whatif.runner import make_runner
 
 log = logging.getLogger("headroom.ui")
 

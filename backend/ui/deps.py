@@ -17,7 +17,7 @@ from backend.pools.models import DEFAULT_POOL, Pool
 from backend.pools.service import PoolNotFound, list_pools
 from backend.settings import Settings
 from backend.ui.templating import Renderer
-from backend.ui.whatif import WhatIfRunner
+from backend.whatif.runner import WhatIfRunner
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSRF_FIELD = "csrf_token"

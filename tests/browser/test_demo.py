@@ -13,8 +13,6 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import screenshot, sign_in
 from tests.server import headroom_process
 
-pytestmark = pytest.mark.browser
-
 DEMO_PASSWORD = "demo-password-for-tests"
 
 

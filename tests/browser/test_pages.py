@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Console, screenshot, sign_in
-
-pytestmark = pytest.mark.browser
 
 
 def test_pages_need_a_signed_in_user(page: Page) -> None:

@@ -10,8 +10,6 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import Console, screenshot, sign_in
 
-pytestmark = pytest.mark.browser
-
 
 def test_change_weighting_and_strategy_then_see_history_and_epp_config(
     page: Page, console: Console

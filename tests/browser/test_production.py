@@ -17,7 +17,8 @@ from tests.conftest import db_url_for_tests, redis_url_for_tests
 from tests.pg import database_url_variant, recreate_database
 from tests.server import headroom_process, headroom_worker
 
-pytestmark = [pytest.mark.browser, pytest.mark.integration]
+# Browser by its directory; integration too: it needs PostgreSQL and Redis.
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

@@ -8,14 +8,11 @@ import json
 import re
 import sqlite3
 
-import pytest
 from itsdangerous import TimestampSigner
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from backend.auth.sessions import COOKIE_NAME, SESSION_KEY
 from tests.browser.conftest import Console, screenshot, sign_in
-
-pytestmark = pytest.mark.browser
 
 
 def _session_cookie(context: BrowserContext) -> dict[str, object]:

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Console, screenshot, sign_in
-
-pytestmark = pytest.mark.browser
 
 
 def test_start_a_whatif_from_the_policy_form_and_save_its_policy(

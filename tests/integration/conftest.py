@@ -9,7 +9,7 @@ from sqlalchemy import Engine, select, text
 
 from backend import migrate
 from backend.app import create_app
-from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.db import Base, load_all_models, make_engine, make_sessionmaker, unit_of_work
 from backend.policies.schemas import PolicySpec
 from backend.policies.service import create_policy
 from backend.pools.models import Pool
@@ -18,20 +18,6 @@ from backend.settings import IngestSettings, Settings, UISettings
 from tests.conftest import db_url_for_tests, redis_url_for_tests
 from tests.pg import recreate_database
 from tests.server import TEST_SESSION_SECRET
-
-TABLES = (
-    "policy_versions",
-    "policies",
-    "objectives",
-    "active_models",
-    "model_versions",
-    "samples",
-    "ui_sessions",
-    "sign_in_failures",
-    "api_tokens",
-    "users",
-    "pools",
-)
 
 
 @pytest.fixture(scope="session")
@@ -53,11 +39,19 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+def empty_all_tables(engine: Engine) -> None:
+    """Empty every table the models declare (children first), whichever domain added it."""
+    load_all_models()
+    quote = engine.dialect.identifier_preparer.format_table
+    names = ", ".join(quote(t) for t in reversed(Base.metadata.sorted_tables))
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+
+
 @pytest.fixture(autouse=True)
 def clean_database(engine: Engine) -> None:
     """Each test starts from the migrated state: empty tables and the default pool."""
-    with engine.begin() as conn:
-        conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+    empty_all_tables(engine)
     # The migrated state: the default pool and its default policy, made by the same code.
     with unit_of_work(make_sessionmaker(engine)) as session:
         ensure_default_pool(session)

@@ -11,6 +11,7 @@ from pydantic import SecretStr
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.demo.feeder import DEMO_POOLS, DEMO_SETUP, DemoFeeder
 from backend.deps import Runtime
 from backend.policies.service import policy_for_pool, spec_of
 from backend.registry.locks import LocalLocks
@@ -18,7 +19,6 @@ from backend.registry.trainer import Trainer
 from backend.samples.models import Sample
 from backend.settings import Settings, UISettings
 from backend.sim.traces import load_trace
-from backend.ui.demo import DEMO_POOLS, DEMO_SETUP, DemoFeeder
 
 
 @pytest.fixture

@@ -209,9 +209,19 @@ def test_a_model_found_at_start_is_replaced_only_after_100_samples(client: TestC
     ingest(client, rows(40, seed=10))
     # 110 samples: both targets are trained (the gate then decides whether each is activated).
     outcomes = fresh.run_once()
-    assert len(outcomes) == 2
-    assert {o.status for o in outcomes} <= {"activated", "rejected"}
-    assert len(client.get("/v1/models").json()) == 4
+    assert sorted(o.target.label for o in outcomes) == ["tpot", "ttft"]
+    models = client.get("/v1/models").json()
+    assert len(models) == 4
+    # Each new version is stored as the gate decided: active with the old one retired, or
+    # rejected with the old one still active.
+    for o in outcomes:
+        mine = [m for m in models if m["target"] == o.target.label]
+        old, new = sorted(mine, key=lambda m: m["id"])
+        assert new["id"] == o.version_id
+        if o.status == "activated":
+            assert (old["status"], new["status"]) == ("retired", "active")
+        else:
+            assert (o.status, old["status"], new["status"]) == ("rejected", "active", "rejected")
 
 
 def test_two_trainers_never_train_the_same_target_at_once(

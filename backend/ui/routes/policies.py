@@ -34,7 +34,7 @@ from backend.ui.forms import (
     parse_policy_form,
     policy_groups,
 )
-from backend.ui.simulation import DEFAULT_TRACE, trace_choices
+from backend.whatif.simulation import DEFAULT_TRACE, trace_choices
 
 router = APIRouter()
 

@@ -12,8 +12,8 @@ from backend.policies.schemas import PolicySpec
 from backend.ui.deps import ConsoleActor, ConsoleEditor, FormDep, PoolDep, StateDep, choose_pool
 from backend.ui.forms import form_values, parse_policy_form, policy_groups
 from backend.ui.routes.policies import render_policy_page
-from backend.ui.simulation import DEFAULT_TRACE, trace_choices
-from backend.ui.whatif import WhatIfRunner
+from backend.whatif.runner import WhatIfRunner
+from backend.whatif.simulation import DEFAULT_TRACE, trace_choices
 
 router = APIRouter()
 

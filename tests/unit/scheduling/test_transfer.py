@@ -97,8 +97,10 @@ def test_transfer_model_learns_latency_and_bandwidth_per_distance() -> None:
         model.observe(size, "same_rack", 3.0 + size / 12e6 * (1 + rng.uniform(-0.01, 0.01)))
     latency, _, learned = model.coefficients("same_rack")
     assert learned
-    assert model.bandwidth_gbps("same_rack") == pytest.approx(12.0, rel=0.02)
-    assert latency == pytest.approx(3.0, abs=3.0)
+    # The noise is +-1 % of the transfer time, unbiased: 207 samples pin both coefficients down
+    # (over seeds 0-19 the fit stays within 0.2 % and 0.04 ms).
+    assert model.bandwidth_gbps("same_rack") == pytest.approx(12.0, rel=0.005)
+    assert latency == pytest.approx(3.0, abs=0.1)
     assert model.coefficients("same_zone")[2] is False, "other distances keep the constants"
 
 

@@ -9,7 +9,7 @@ benchmark's 2 s / 100 ms), and both runs are scored against those.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backend.policies.mapping import to_scheduling
 from backend.policies.schemas import PolicySpec
@@ -22,9 +22,7 @@ from backend.sim.routers import PredictedConfig
 from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.traces.loader import TRACE_NAMES, TenantModel, load_trace
 from backend.sim.view import Slo
-
-if TYPE_CHECKING:
-    from backend.ui.whatif import Progress, WhatIfJob
+from backend.whatif.jobs import Progress, WhatIfJob
 
 DEFAULT_TRACE = "mooncake-conversation"
 # The trace's own request rate (LOAD x) keeps eight simulated pods busy; the slice replayed
