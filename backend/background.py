@@ -69,9 +69,11 @@ def start_background(runtime: Runtime) -> Background:
     settings = runtime.settings
     runtime.sync()  # serve whatever is active before the first request
     poll = Periodic("model-poll", settings.serving.poll_interval_s, runtime.sync)
+    # Every process serves saturation from its own memory, so every process computes it.
+    capacity = Periodic("capacity", settings.capacity.interval_s, runtime.capacity.refresh)
     if settings.redis_url is not None:
         listener = RedisListener(settings.redis_url, runtime.sync).start()
-        return Background([poll], [listener]).start()
+        return Background([poll, capacity], [listener]).start()
 
     trainer = Trainer(
         runtime.sessions, settings, LocalLocks(), runtime.notifier, failures=runtime.failures
@@ -88,6 +90,7 @@ def start_background(runtime: Runtime) -> Background:
     return Background(
         [
             poll,
+            capacity,
             Periodic("trim-windows", settings.window.trim_interval_s, trim),
             Periodic("retrain", settings.training.interval_s, trainer.run_once),
             Periodic("purge-sign-ins", settings.ui.purge_interval_s, purge),
