@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -55,20 +56,24 @@ class PoolReport:
     policy_version: int | None
 
 
-_NUMERIC = tuple(f for f in WINDOW_FEATURES if f != "pod_type")
+# Candidates carry every wire feature but the encoder ones (0 for text-only pools).
+_ENCODER = ("encoder_input_size", "encoder_matched_size")
+_NUMERIC = (*(f for f in WINDOW_FEATURES if f != "pod_type" and f not in _ENCODER), *_ENCODER)
+_NUMERIC_ON_CANDIDATE = _NUMERIC[:-2]
+_getter = attrgetter(*_NUMERIC_ON_CANDIDATE)
+
+
+def _numeric(row: Candidate) -> tuple[float, ...]:
+    return (*_getter(row), 0.0, 0.0)
 
 
 def columns(rows: Sequence[Candidate]) -> dict[str, Any]:
     """Candidates -> the column arrays the served models take (as the wire rows give them)."""
-    cols: dict[str, Any] = {
-        name: np.fromiter(
-            (float(getattr(r, name, 0)) for r in rows), dtype=np.float64, count=len(rows)
-        )
-        for name in _NUMERIC
-    }
-    cols["pod_type"] = np.fromiter(
-        (POD_TYPE_CODES[r.role] for r in rows), dtype=np.float64, count=len(rows)
-    )
+    n = len(rows)
+    # One C-level getter per row and one conversion, as prediction.schemas.columns does.
+    matrix = np.array([_numeric(r) for r in rows], dtype=np.float64).reshape(n, len(_NUMERIC))
+    cols: dict[str, Any] = {name: matrix[:, j] for j, name in enumerate(_NUMERIC)}
+    cols["pod_type"] = np.fromiter((POD_TYPE_CODES[r.role] for r in rows), np.float64, count=n)
     cols["pod_class"] = np.array([r.pod_class for r in rows], dtype=object)
     return cols
 
