@@ -11,6 +11,8 @@ from starlette.concurrency import run_in_threadpool
 
 from backend import logs, migrate
 from backend.background import start_background
+from backend.capacity.metrics import CapacityCollector
+from backend.capacity.router import router as capacity_router
 from backend.compat.prediction import pool_router as compat_pool_router
 from backend.compat.prediction import root_router as compat_root_router
 from backend.compat.training import router as compat_training_router
@@ -55,6 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         collector = ServingCollector(runtime.store, runtime.sessions, runtime.failures)
         telemetry.registry.register(collector)
+        capacity = CapacityCollector(runtime.capacity)
+        telemetry.registry.register(capacity)
         with unit_of_work(runtime.sessions) as session:
             ensure_default_pool(session)
         if processes := offload.wanted(settings):
@@ -72,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if runtime.ingest_pool is not None:
                 await run_in_threadpool(runtime.ingest_pool.close)
             telemetry.registry.unregister(collector)
+            telemetry.registry.unregister(capacity)
             engine.dispose()
 
     app = FastAPI(
@@ -115,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry_router,
         policies_router,
         routing_router,
+        capacity_router,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)
 

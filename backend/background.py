@@ -68,9 +68,11 @@ def start_background(runtime: Runtime) -> Background:
     settings = runtime.settings
     runtime.sync()  # serve whatever is active before the first request
     poll = Periodic("model-poll", settings.serving.poll_interval_s, runtime.sync)
+    # Every process serves saturation from its own memory, so every process computes it.
+    capacity = Periodic("capacity", settings.capacity.interval_s, runtime.capacity.refresh)
     if settings.redis_url is not None:
         listener = RedisListener(settings.redis_url, runtime.sync).start()
-        return Background([poll], [listener]).start()
+        return Background([poll, capacity], [listener]).start()
 
     # Embedded mode: the periodic jobs that Celery beat schedules in production, run here.
     trainer = Trainer(
@@ -81,4 +83,4 @@ def start_background(runtime: Runtime) -> Background:
         Periodic(job.name, job.interval_s(settings), functools.partial(job.run, context))
         for job in PERIODIC_JOBS
     ]
-    return Background([poll, *jobs]).start()
+    return Background([poll, capacity, *jobs]).start()

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from backend.auth.tokens import TokenCache
+from backend.capacity.service import CapacityMonitor
 from backend.pools.schemas import POOL_NAME_PATTERN
 from backend.pools.service import PoolCache
 from backend.predictor.serving import ModelStore
@@ -47,11 +48,15 @@ class Runtime:
     failures: FailureCounter = field(init=False)
     policy_cache: PolicyCache = field(init=False)
     tokens: TokenCache = field(init=False)
+    capacity: CapacityMonitor = field(init=False)
 
     def __post_init__(self) -> None:
         self.sync = StoreSync(self.sessions, self.store)
         self.policy_cache = PolicyCache(self.sessions)
         self.tokens = TokenCache(self.sessions)
+        self.capacity = CapacityMonitor(
+            self.sessions, self.store, self.policy_cache.get, self.settings.capacity
+        )
         if self.settings.redis_url is not None:
             self.notifier = RedisNotifier(self.settings.redis_url)
             self.failures = RedisFailures(self.settings.redis_url)

@@ -220,6 +220,35 @@ class UISettings(BaseModel):
     )
 
 
+class CapacitySettings(BaseModel):
+    """Saturation of each pool, computed from the samples the EPP posts (backend/capacity)."""
+
+    interval_s: float = Field(
+        1.0, gt=0, description="How often each API process recomputes every pool's saturation."
+    )
+    stale_after_s: float = Field(
+        30.0, gt=0, description="A pod with no sample newer than this is left out."
+    )
+    profile_size: int = Field(
+        512, ge=1, le=100_000, description="Recent requests kept as the pool's traffic profile."
+    )
+    representatives: int = Field(
+        32,
+        ge=1,
+        le=1_000,
+        description="Requests from the profile placed on every pod per tick (evenly spaced).",
+    )
+    batch_rows: int = Field(
+        20_000, ge=1, description="Samples read per database round trip by a tick."
+    )
+    max_batches_per_tick: int = Field(
+        5, ge=1, description="Round trips a tick may make; a larger backlog waits a tick."
+    )
+    start_back_rows: int = Field(
+        20_000, ge=0, description="How many of the newest samples a starting process reads."
+    )
+
+
 class IngestSettings(BaseModel):
     """Limits on the data-plane ingestion endpoints."""
 
@@ -306,6 +335,7 @@ class Settings(BaseSettings):
     serving: ServingSettings = Field(default_factory=ServingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     ui: UISettings = Field(default_factory=UISettings)
+    capacity: CapacitySettings = Field(default_factory=CapacitySettings)
 
     @property
     def is_sqlite(self) -> bool:

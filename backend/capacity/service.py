@@ -1,0 +1,179 @@
+"""Saturation of every pool, refreshed on a timer and served from memory.
+
+Every API process runs one ``CapacityMonitor`` (a background job): each tick reads the samples
+added since the last one, updates each pool's pod gauges and request profile, and recomputes
+the pool's saturation with the models this process serves and the pool's policy, through the
+scheduling library that ``/v1/schedule`` uses. Requests and scrapes read the last result; they
+never compute. A tick costs one indexed range scan plus one batch prediction per pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.capacity.signals import PoolSignals, apply, newest_id, rows_after
+from backend.pools.models import Pool
+from backend.predictor.features import POD_TYPE_CODES
+from backend.predictor.serving import ModelsNotReady, ModelStore, predict_both
+from backend.routing.service import PoolPolicy
+from backend.samples.models import WINDOW_FEATURES
+from backend.scheduling.saturation import Saturation, saturation
+from backend.scheduling.types import Candidate, FloatArray
+from backend.settings import CapacitySettings
+
+log = logging.getLogger("headroom.capacity")
+
+# Status of a pool's report: why there is no level, when there is none.
+OK, NO_MODEL, NO_PODS, NO_TRAFFIC, NO_SLO = (
+    "ok",
+    "no_model",
+    "no_fresh_pods",
+    "no_traffic",
+    "no_slo",
+)
+
+
+@dataclass(frozen=True)
+class PoolReport:
+    pool: str
+    status: str
+    computed_at: datetime
+    saturation: Saturation | None
+    fresh_pods: int
+    stale_pods: tuple[str, ...]
+    ttft_slo_ms: float | None
+    tpot_slo_ms: float | None
+    policy_version: int | None
+
+
+# Candidates carry every wire feature but the encoder ones (0 for text-only pools).
+_ENCODER = ("encoder_input_size", "encoder_matched_size")
+_NUMERIC = (*(f for f in WINDOW_FEATURES if f != "pod_type" and f not in _ENCODER), *_ENCODER)
+_NUMERIC_ON_CANDIDATE = _NUMERIC[:-2]
+_getter = attrgetter(*_NUMERIC_ON_CANDIDATE)
+
+
+def _numeric(row: Candidate) -> tuple[float, ...]:
+    return (*_getter(row), 0.0, 0.0)
+
+
+def columns(rows: Sequence[Candidate]) -> dict[str, Any]:
+    """Candidates -> the column arrays the served models take (as the wire rows give them)."""
+    n = len(rows)
+    # One C-level getter per row and one conversion, as prediction.schemas.columns does.
+    matrix = np.array([_numeric(r) for r in rows], dtype=np.float64).reshape(n, len(_NUMERIC))
+    cols: dict[str, Any] = {name: matrix[:, j] for j, name in enumerate(_NUMERIC)}
+    cols["pod_type"] = np.fromiter((POD_TYPE_CODES[r.role] for r in rows), np.float64, count=n)
+    cols["pod_class"] = np.array([r.pod_class for r in rows], dtype=object)
+    return cols
+
+
+def spread(items: list[Any], n: int) -> list[Any]:
+    """At most ``n`` items evenly spaced over the profile (newest included)."""
+    if len(items) <= n:
+        return items
+    picks = np.linspace(0, len(items) - 1, n).round().astype(int)
+    return [items[i] for i in picks]
+
+
+class CapacityMonitor:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        store: ModelStore,
+        policy: Callable[[int], PoolPolicy],
+        settings: CapacitySettings,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._sessions = sessions
+        self._store = store
+        self._policy = policy
+        self._settings = settings
+        self._clock = clock
+        self._signals: dict[int, PoolSignals] = {}
+        self._after: int | None = None
+        self._reports: dict[str, PoolReport] = {}
+        self._lock = threading.Lock()  # one tick at a time; readers never take it
+
+    def report(self, pool: str) -> PoolReport | None:
+        return self._reports.get(pool)
+
+    def reports(self) -> Mapping[str, PoolReport]:
+        return self._reports
+
+    def refresh(self) -> int:
+        """One tick: read new samples, recompute every pool; returns rows read."""
+        with self._lock:
+            read = self._read()
+            names = self._pool_names()
+            now = self._clock()
+            reports = {
+                names[pid]: self._compute(names[pid], pid, signals, now)
+                for pid, signals in self._signals.items()
+                if pid in names
+            }
+            self._reports = reports  # one assignment: readers see the old or the new set
+            return read
+
+    def _read(self) -> int:
+        s = self._settings
+        total = 0
+        with self._sessions() as session:
+            if self._after is None:
+                self._after = newest_id(session, s.start_back_rows)
+            # Bounded per tick; a backlog is worked off over the following ticks.
+            for _ in range(s.max_batches_per_tick):
+                rows = rows_after(session, self._after, s.batch_rows)
+                if not rows:
+                    break
+                self._after = max(self._after, apply(self._signals, rows, s.profile_size))
+                total += len(rows)
+                if len(rows) < s.batch_rows:
+                    break
+        return total
+
+    def _pool_names(self) -> dict[int, str]:
+        with self._sessions() as session:
+            return {pid: name for pid, name in session.execute(select(Pool.id, Pool.name))}
+
+    def _compute(self, pool: str, pool_id: int, signals: PoolSignals, now: datetime) -> PoolReport:
+        fresh, stale = signals.fresh_pods(now, self._settings.stale_after_s)
+        policy = self._policy(pool_id)
+        ttft_slo, tpot_slo = policy.spec.default_ttft_slo_ms, policy.spec.default_tpot_slo_ms
+
+        def report(status: str, sat: Saturation | None = None) -> PoolReport:
+            return PoolReport(
+                pool, status, now, sat, len(fresh), tuple(stale), ttft_slo, tpot_slo, policy.version
+            )
+
+        if ttft_slo is None and tpot_slo is None:
+            return report(NO_SLO)  # nothing to miss: a level would always read 0
+        if not fresh:
+            return report(NO_PODS)
+        if not signals.requests:
+            return report(NO_TRAFFIC)
+        if self._store.get(pool, "ttft") is None:
+            return report(NO_MODEL)
+        reps = spread(list(signals.requests), self._settings.representatives)
+
+        def predict(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+            p = predict_both(self._store, pool, columns(rows))
+            return p.ttft_ms, p.tpot_ms
+
+        try:
+            sat = saturation(
+                [p.candidate() for p in fresh], reps, policy.policy, ttft_slo, tpot_slo, predict
+            )
+        except ModelsNotReady:  # the model went away between the check and the call
+            return report(NO_MODEL)
+        return report(OK, sat)

@@ -1,0 +1,148 @@
+"""What the pool looks like now, from the samples the EPP posts: each pod's latest gauges and a
+rolling profile of the requests it served.
+
+Read incrementally by sample id, so every API replica can keep its own copy from the shared
+database with one indexed range scan a tick, and so that ingestion's hot path does nothing
+extra. A pod not heard from for ``stale_after_s`` (by its samples' time) is left out.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.predictor.features import POD_TYPE_CODES
+from backend.samples.models import Sample, TargetCode
+from backend.scheduling.saturation import Representative
+from backend.scheduling.types import Candidate, Role
+
+_ROLES: dict[int, Role] = {code: name for name, code in POD_TYPE_CODES.items()}  # type: ignore[misc]
+
+# The columns a tick reads: the gauges, the request's shape, and where and when it was seen.
+_COLUMNS = (
+    Sample.id,
+    Sample.pool_id,
+    Sample.target,
+    Sample.pod,
+    Sample.observed_at,
+    Sample.kv_cache_percentage,
+    Sample.num_request_waiting,
+    Sample.num_request_running,
+    Sample.prefill_tokens_in_flight,
+    Sample.decode_tokens_in_flight,
+    Sample.pod_type,
+    Sample.pod_class,
+    Sample.input_token_length,
+    Sample.prefix_cache_score,
+    Sample.num_tokens_generated,
+)
+
+
+def rows_after(session: Session, after_id: int, limit: int) -> Sequence[Any]:
+    """Samples with an id above ``after_id``, oldest first (primary-key range scan)."""
+    query = select(*_COLUMNS).where(Sample.id > after_id).order_by(Sample.id).limit(limit)
+    return session.execute(query).all()
+
+
+def newest_id(session: Session, back: int) -> int:
+    """Where a fresh process starts reading: ``back`` rows before the newest."""
+    top = session.scalar(select(Sample.id).order_by(Sample.id.desc()).limit(1))
+    return max(0, int(top or 0) - back)
+
+
+@dataclass(frozen=True, slots=True)
+class PodGauges:
+    name: str
+    observed_at: datetime
+    kv_cache_percentage: float
+    num_request_waiting: int
+    num_request_running: int
+    prefill_tokens_in_flight: int
+    decode_tokens_in_flight: int
+    role: Role
+    pod_class: str | None
+
+    def candidate(self) -> Candidate:
+        return Candidate(
+            name=self.name,
+            kv_cache_percentage=self.kv_cache_percentage,
+            input_token_length=0,  # replaced by each representative request's
+            num_request_waiting=self.num_request_waiting,
+            num_request_running=self.num_request_running,
+            prefix_cache_score=0.0,
+            prefill_tokens_in_flight=self.prefill_tokens_in_flight,
+            decode_tokens_in_flight=self.decode_tokens_in_flight,
+            role=self.role,
+            pod_class=self.pod_class,
+        )
+
+
+@dataclass
+class PoolSignals:
+    """One pool's pods and recent requests, updated from sample rows."""
+
+    profile_size: int
+    pods: dict[str, PodGauges] = field(default_factory=dict)
+    requests: deque[Representative] = field(init=False)
+    output_tokens: deque[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.requests = deque(maxlen=self.profile_size)
+        self.output_tokens = deque(maxlen=self.profile_size)
+
+    def add(self, row: Any) -> None:
+        if row.target == TargetCode.TTFT:
+            self.requests.append(Representative(row.input_token_length, row.prefix_cache_score))
+        elif row.num_tokens_generated > 0:
+            self.output_tokens.append(row.num_tokens_generated)
+        if not row.pod:
+            return  # gauges of an unnamed pod cannot be told apart from another's
+        observed = _utc(row.observed_at)
+        seen = self.pods.get(row.pod)
+        if seen is not None and seen.observed_at > observed:
+            return  # an older observation posted late
+        self.pods[row.pod] = PodGauges(
+            name=row.pod,
+            observed_at=observed,
+            kv_cache_percentage=row.kv_cache_percentage,
+            num_request_waiting=row.num_request_waiting,
+            num_request_running=row.num_request_running,
+            prefill_tokens_in_flight=row.prefill_tokens_in_flight,
+            decode_tokens_in_flight=row.decode_tokens_in_flight,
+            role=_ROLES.get(row.pod_type, ""),
+            pod_class=row.pod_class,
+        )
+
+    def fresh_pods(self, now: datetime, stale_after_s: float) -> tuple[list[PodGauges], list[str]]:
+        """(pods heard from within ``stale_after_s``, names of the stale ones), by name."""
+        cutoff = now - timedelta(seconds=stale_after_s)
+        fresh = sorted((p for p in self.pods.values() if p.observed_at >= cutoff), key=_name)
+        stale = sorted(p.name for p in self.pods.values() if p.observed_at < cutoff)
+        return fresh, stale
+
+
+def _utc(moment: datetime) -> datetime:
+    # PostgreSQL's `timestamp` and SQLite hand back naive datetimes; ingestion stores UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _name(p: PodGauges) -> str:
+    return p.name
+
+
+def apply(signals: dict[int, PoolSignals], rows: Iterable[Any], profile_size: int) -> int:
+    """Feeds rows into their pools' signals; returns the highest id seen (0 for none)."""
+    top = 0
+    for row in rows:
+        pool = signals.get(row.pool_id)
+        if pool is None:
+            pool = signals[row.pool_id] = PoolSignals(profile_size)
+        pool.add(row)
+        top = row.id
+    return top

@@ -1,0 +1,129 @@
+"""Saturation's cost: `GET /v1/pools/{pool}/saturation` with 100 pods, and one tick's compute.
+
+Starts `headroom serve` (embedded mode, its own SQLite file), posts profile-shaped samples
+from 100 named pods as the EPP would, sets SLOs, waits for both models and the first
+saturation report, then measures sequential GETs over one keep-alive connection (the answer
+comes from memory) and, in this process, what one tick of one pool costs: predicting 32
+representative requests on 100 pods and running the pool's chain for each. Prints JSON.
+
+    .venv/bin/python bench/saturation.py [--calls 2000] [--pods 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from _common import machine
+
+from backend.capacity.service import columns
+from backend.predictor.training import predict_columns, train_target
+from backend.scheduling.saturation import Representative, saturation
+from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
+from backend.sim.entries import training_entries
+from backend.sim.gpu import load_profile
+from backend.sim.latency import sample_rows
+from tests.server import headroom_process
+
+
+def _percentiles(ms: list[float]) -> dict[str, float]:
+    a = np.asarray(ms)
+    return {q: round(float(np.percentile(a, p)), 3) for q, p in (("p50", 50), ("p99", 99))} | {
+        "max": round(float(a.max()), 3)
+    }
+
+
+def _http(url: str, pods: int, calls: int) -> dict[str, Any]:
+    rows = sample_rows(5000, np.random.default_rng(0), load_profile("a100-llama3-8b"))
+    entries = training_entries(rows)
+    for i, e in enumerate(entries):
+        e["pod"] = f"pod-{(i // 2) % pods:03d}"
+    for i in range(0, len(entries), 5000):
+        httpx.post(f"{url}/add_training_data_bulk", json={"entries": entries[i : i + 5000]})
+    httpx.put(
+        f"{url}/v1/policies/1", json={"default_ttft_slo_ms": 1000, "default_tpot_slo_ms": 50}
+    ).raise_for_status()
+    deadline = time.monotonic() + 120
+    while True:
+        body = httpx.get(f"{url}/v1/pools/default/saturation").json()
+        if body["status"] == "ok" and body["fresh_pods"] == pods:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no saturation report: {body['status']}")
+        time.sleep(0.5)
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port))
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        conn.request("GET", "/v1/pools/default/saturation")
+        response = conn.getresponse()
+        response.read()
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status == 200
+    return {"pods": body["fresh_pods"], "saturation": body["saturation"], **_percentiles(times)}
+
+
+def _tick(pods: int, repeats: int) -> dict[str, Any]:
+    rows = sample_rows(5000, np.random.default_rng(0), load_profile("a100-llama3-8b"))
+    held_out = np.zeros(len(rows["actual_ttft_ms"]), dtype=bool)
+    ttft = train_target("ttft", rows, rows["actual_ttft_ms"], held_out).model
+    tpot = train_target("tpot", rows, rows["actual_tpot_ms"], held_out).model
+    rng = np.random.default_rng(1)
+    candidates = [
+        Candidate(
+            name=f"pod-{i:03d}",
+            kv_cache_percentage=float(rng.uniform(0, 1)),
+            input_token_length=0,
+            num_request_waiting=int(rng.integers(0, 8)),
+            num_request_running=int(rng.integers(0, 64)),
+            prefix_cache_score=0.0,
+            prefill_tokens_in_flight=int(rng.integers(0, 8000)),
+        )
+        for i in range(pods)
+    ]
+    reps = [
+        Representative(int(p), float(s))
+        for p, s in zip(rng.integers(100, 8000, 32), rng.uniform(0, 1, 32), strict=True)
+    ]
+
+    def predict(batch: Any) -> tuple[FloatArray, FloatArray]:
+        cols = columns(batch)
+        return predict_columns(ttft, "ttft", cols), predict_columns(tpot, "tpot", cols)
+
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        saturation(candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict)
+        times.append((time.perf_counter() - start) * 1000)
+    return {"pods": pods, "representatives": len(reps), **_percentiles(times)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--pods", type=int, default=100)
+    parser.add_argument("--ticks", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"HEADROOM_LOG_LEVEL": "warning", "HEADROOM_TRAINING__INTERVAL_S": "1"}
+        with headroom_process(env, Path(tmp)) as (url, _):
+            http_ms = _http(url, args.pods, args.calls)
+    result = {
+        "benchmark": "saturation",
+        "machine": machine(),
+        "get_saturation_ms": http_ms,
+        "tick_ms_one_pool": _tick(args.pods, args.ticks),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Saturation end to end: samples posted as the EPP does, real models, the pool's policy."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+from fastapi.testclient import TestClient
+
+from backend.sim.entries import training_entries
+from backend.sim.gpu import load_profile
+from backend.sim.latency import sample_rows
+from tests.integration.test_prediction import runtime_of, train_and_load
+
+PROFILE = load_profile("a100-llama3-8b")
+
+
+def post(client: TestClient, entries: list[dict[str, Any]]) -> None:
+    for i in range(0, len(entries), 5000):
+        response = client.post("/add_training_data_bulk", json={"entries": entries[i : i + 5000]})
+        assert response.status_code == 202, response.text
+
+
+def traffic(n: int, pods: int, seed: int = 0, **kw: Any) -> list[dict[str, Any]]:
+    entries = training_entries(sample_rows(n, np.random.default_rng(seed), PROFILE, **kw))
+    for i, e in enumerate(entries):
+        e["pod"] = f"pod-{(i // 2) % pods}"  # a TTFT and a TPOT sample per request
+    return entries
+
+
+def saturation_of(client: TestClient, pool: str = "default") -> dict[str, Any]:
+    runtime_of(client).capacity.refresh()
+    response = client.get(f"/v1/pools/{pool}/saturation")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def set_slo(client: TestClient, ttft_ms: float, tpot_ms: float) -> None:
+    body = {"default_ttft_slo_ms": ttft_ms, "default_tpot_slo_ms": tpot_ms}
+    response = client.put("/v1/policies/1", json=body)  # the default pool's policy
+    assert response.status_code == 200, response.text
+
+
+def test_saturation_waits_for_slos_and_a_model_then_reports_every_fresh_pod(
+    client: TestClient,
+) -> None:
+    post(client, traffic(400, pods=4))
+    stale = traffic(2, pods=1, seed=1)
+    long_ago = (datetime.now(UTC) - timedelta(minutes=10)).isoformat()
+    for e in stale:
+        e["pod"], e["timestamp"] = "pod-gone", long_ago
+    post(client, stale)
+
+    no_slo = saturation_of(client)  # upstream's default policy sets no SLO
+    assert (no_slo["status"], no_slo["saturation"]) == ("no_slo", None)
+    set_slo(client, 2000, 100)
+    before = saturation_of(client)
+    assert (before["status"], before["saturation"]) == ("no_model", None)
+
+    train_and_load(client)
+    body = saturation_of(client)
+    assert body["status"] == "ok"
+    assert 0.0 <= body["saturation"] <= 1.0
+    assert [p["pod"] for p in body["pods"]] == ["pod-0", "pod-1", "pod-2", "pod-3"]
+    assert body["stale_pods"] == ["pod-gone"]
+    assert body["fresh_pods"] == 4
+    assert body["representatives"] == 32
+    assert body["headroom_p50"]["prompt_tokens"] <= body["headroom_p90"]["prompt_tokens"]
+
+
+def test_saturation_follows_the_policy_slo(client: TestClient) -> None:
+    post(client, traffic(400, pods=3))
+    train_and_load(client)
+    set_slo(client, 600_000, 5_000)
+    relaxed = saturation_of(client)
+    assert relaxed["saturation"] == 0.0 and relaxed["ttft_slo_ms"] == 600_000
+    set_slo(client, 0.001, 0.001)
+    strained = saturation_of(client)
+    assert strained["saturation"] == 1.0
+    assert all(p["saturation"] == 1.0 for p in strained["pods"])
+
+
+def test_saturation_is_exported_for_the_autoscaler(client: TestClient) -> None:
+    post(client, traffic(300, pods=2))
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    level = saturation_of(client)["saturation"]
+    text = client.get("/metrics").text
+    assert f'headroom_pool_saturation{{pool="default"}} {float(level)}' in text
+    assert 'headroom_pod_saturation{pod="pod-0",pool="default"}' in text
+    assert 'headroom_pool_fresh_pods{pool="default"} 2.0' in text
+
+
+def test_an_unknown_pool_is_404(client: TestClient) -> None:
+    assert client.get("/v1/pools/nope/saturation").status_code == 404

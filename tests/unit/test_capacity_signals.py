@@ -1,0 +1,87 @@
+"""The pool's view from sample rows: latest gauges per pod, stale pods left out, the profile."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+from backend.capacity.service import spread
+from backend.capacity.signals import PoolSignals, apply
+from backend.samples.models import TargetCode
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def row(id: int, pod: str | None, at: datetime, target: int = TargetCode.TTFT, **kw: Any) -> Any:
+    fields: dict[str, Any] = {
+        "id": id,
+        "pool_id": 1,
+        "target": target,
+        "pod": pod,
+        "observed_at": at.replace(tzinfo=None),  # as PostgreSQL's `timestamp` hands it back
+        "kv_cache_percentage": 0.5,
+        "num_request_waiting": 1,
+        "num_request_running": 4,
+        "prefill_tokens_in_flight": 100,
+        "decode_tokens_in_flight": 0,
+        "pod_type": 0,
+        "pod_class": None,
+        "input_token_length": 1000,
+        "prefix_cache_score": 0.5,
+        "num_tokens_generated": 0,
+    }
+    fields.update(kw)
+    return SimpleNamespace(**fields)
+
+
+def test_each_pod_keeps_its_latest_gauges_and_a_late_older_row_does_not_win() -> None:
+    signals: dict[int, PoolSignals] = {}
+    top = apply(
+        signals,
+        [
+            row(1, "a", NOW - timedelta(seconds=3), num_request_running=2),
+            row(2, "a", NOW - timedelta(seconds=1), num_request_running=9),
+            row(3, "a", NOW - timedelta(seconds=2), num_request_running=5),  # posted late
+        ],
+        profile_size=10,
+    )
+    assert top == 3
+    assert signals[1].pods["a"].num_request_running == 9
+
+
+def test_a_pod_not_heard_from_is_stale_and_left_out() -> None:
+    signals: dict[int, PoolSignals] = {}
+    apply(
+        signals,
+        [row(1, "old", NOW - timedelta(seconds=31)), row(2, "new", NOW - timedelta(seconds=29))],
+        profile_size=10,
+    )
+    fresh, stale = signals[1].fresh_pods(NOW, stale_after_s=30)
+    assert [p.name for p in fresh] == ["new"]
+    assert stale == ["old"]
+
+
+def test_the_profile_takes_ttft_rows_as_requests_and_tpot_rows_as_output_lengths() -> None:
+    signals: dict[int, PoolSignals] = {}
+    apply(
+        signals,
+        [
+            row(1, "a", NOW, input_token_length=300, prefix_cache_score=0.25),
+            row(2, "a", NOW, target=TargetCode.TPOT, num_tokens_generated=120),
+            row(3, None, NOW, input_token_length=700),  # unnamed pod: profile yes, gauges no
+        ],
+        profile_size=2,
+    )
+    pool = signals[1]
+    assert [(r.prompt_tokens, r.prefix_cache_score) for r in pool.requests] == [
+        (300, 0.25),
+        (700, 0.5),
+    ]
+    assert list(pool.output_tokens) == [120]
+    assert set(pool.pods) == {"a"}
+
+
+def test_spread_picks_evenly_including_the_newest() -> None:
+    assert spread(list(range(10)), 3) == [0, 4, 9]
+    assert spread([1, 2], 5) == [1, 2]
