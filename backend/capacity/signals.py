@@ -22,7 +22,8 @@ from backend.samples.models import Sample, TargetCode
 from backend.scheduling.saturation import Representative
 from backend.scheduling.types import Candidate, Role
 
-_ROLES: dict[int, Role] = {code: name for name, code in POD_TYPE_CODES.items()}  # type: ignore[misc]
+# The roles the scheduling chain places requests on; an encode-only pod serves no LLM request.
+_ROLES: dict[int, Role] = {POD_TYPE_CODES[r]: r for r in ("", "prefill", "decode")}
 
 # The columns a tick reads: the gauges, the request's shape, and where and when it was seen.
 _COLUMNS = (
@@ -101,8 +102,8 @@ class PoolSignals:
             self.requests.append(Representative(row.input_token_length, row.prefix_cache_score))
         elif row.num_tokens_generated > 0:
             self.output_tokens.append(row.num_tokens_generated)
-        if not row.pod:
-            return  # gauges of an unnamed pod cannot be told apart from another's
+        if not row.pod or row.pod_type not in _ROLES:
+            return  # an unnamed pod cannot be told apart from another; an encoder is no target
         observed = _utc(row.observed_at)
         seen = self.pods.get(row.pod)
         if seen is not None and seen.observed_at > observed:
@@ -115,7 +116,7 @@ class PoolSignals:
             num_request_running=row.num_request_running,
             prefill_tokens_in_flight=row.prefill_tokens_in_flight,
             decode_tokens_in_flight=row.decode_tokens_in_flight,
-            role=_ROLES.get(row.pod_type, ""),
+            role=_ROLES[row.pod_type],
             pod_class=row.pod_class,
         )
 
