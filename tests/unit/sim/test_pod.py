@@ -27,10 +27,8 @@ def _req(rid: int, prompt: int, output: int) -> Request:
     return Request(rid, 0.0, prompt, output, _ids(rid, prompt), 0)
 
 
-def _small(capacity_tokens: int, **options: float) -> Server:
-    return Server(
-        0, "p", dataclasses.replace(PROFILE, kv_capacity_tokens=capacity_tokens), **options
-    )
+def _small(capacity_tokens: int) -> Server:
+    return Server(0, "p", dataclasses.replace(PROFILE, kv_capacity_tokens=capacity_tokens))
 
 
 def _step(server: Server, t: float, out: list[Outcome]) -> float | None:
