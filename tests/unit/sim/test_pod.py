@@ -61,13 +61,17 @@ def test_a_long_prompt_is_admitted_where_its_whole_prompt_would_not_fit() -> Non
     assert server.running == [seq] and not server.waiting
 
 
-def test_preemption_when_blocks_run_out_and_the_victim_recomputes() -> None:
-    # 300 blocks. Both prompts fit; their decodes outgrow the cache, so the last admitted
-    # request (b) is preempted, goes back to the head of the queue and recomputes later.
+def _outgrowing(prompt_b: int) -> tuple[Server, Seq, Seq, float | None]:
+    """300 blocks. Both prompts fit; their decodes outgrow the cache, so the last admitted
+    request (b) is preempted, goes back to the head of the queue and recomputes later."""
     server = _small(300 * 16)
-    a, b = Seq(_req(0, 2_000, 1_500)), Seq(_req(1, 2_500, 1_500))
+    a, b = Seq(_req(0, 2_000, 1_500)), Seq(_req(1, prompt_b, 1_500))
     t = server.enqueue(a, 0.0)
-    t = server.enqueue(b, 0.0) or t
+    return server, a, b, server.enqueue(b, 0.0) or t
+
+
+def test_preemption_when_blocks_run_out_and_the_victim_recomputes() -> None:
+    server, a, b, t = _outgrowing(2_500)
     out: list[Outcome] = []
     preempted_at: int | None = None
     done: dict[int, float] = {}
@@ -97,10 +101,7 @@ def test_preemption_when_blocks_run_out_and_the_victim_recomputes() -> None:
 
 
 def test_a_resumed_request_reuses_its_own_cached_prefix() -> None:
-    server = _small(300 * 16)
-    a, b = Seq(_req(0, 2_000, 1_500)), Seq(_req(1, 2_560, 1_500))
-    t = server.enqueue(a, 0.0)
-    t = server.enqueue(b, 0.0) or t
+    server, _, b, t = _outgrowing(2_560)
     out: list[Outcome] = []
     resumed_from = None
     while t is not None:
