@@ -186,7 +186,7 @@ def _error_stats(rel: FloatArray, load: npt.NDArray[np.int64], deciles: int) -> 
             "p90_abs_pct": round(100.0 * float(np.quantile(np.abs(x), 0.9)), 2),
         }
 
-    # Equal-sized groups by rank of the load (ties broken by dispatch order), so that a load
+    # Equal-sized groups by rank of the load (ties broken by request order), so that a load
     # shared by many requests does not leave deciles empty.
     order = np.argsort(lo, kind="stable")
     groups = np.array_split(order, deciles) if len(r) >= deciles else []
