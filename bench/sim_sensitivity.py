@@ -8,9 +8,11 @@ No measured data checks mixed prefill-and-decode iterations directly (``bench/si
 only sees them inside static batches), so the comparison is rerun with the decode share and the
 prefill share of every iteration's cost scaled by 0.7 and 1.3, one at a time
 (``SimConfig.decode_scale`` / ``prefill_scale``), everything else at the benchmark's defaults
-(vLLM V1 pod, step noise, tied arrivals spread, predictor-call delay). For each setting: every
-policy's SLO attainment and TTFT p90 (mean over the seeds) and the ranking by SLO attainment;
-``flips`` lists the settings whose ranking differs from the 1.0x one.
+(vLLM V1 pod, step noise, tied arrivals spread, predictor-call delay). ``ties kept`` reruns the
+1.0x costs with the trace's tied arrivals left tied (``SimConfig.spread_ties = False``). For each
+setting: every policy's SLO attainment and TTFT p90 (mean over the seeds) and the ranking by SLO
+attainment; ``flips`` lists the settings whose ranking differs from the first one's (by default
+1.0x).
 """
 
 from __future__ import annotations
@@ -34,30 +36,38 @@ from backend.sim.routers import make_policy
 from backend.sim.traces import TRACE_NAMES, TenantModel, load_trace
 from backend.sim.view import Slo
 
-SETTINGS = {
-    "1.0x": (1.0, 1.0),
-    "decode 0.7x": (0.7, 1.0),
-    "decode 1.3x": (1.3, 1.0),
-    "prefill 0.7x": (1.0, 0.7),
-    "prefill 1.3x": (1.0, 1.3),
+SETTINGS: dict[str, tuple[float, float, bool]] = {  # decode scale, prefill scale, spread ties
+    "1.0x": (1.0, 1.0, True),
+    "decode 0.7x": (0.7, 1.0, True),
+    "decode 1.3x": (1.3, 1.0, True),
+    "prefill 0.7x": (1.0, 0.7, True),
+    "prefill 1.3x": (1.0, 1.3, True),
+    "ties kept": (1.0, 1.0, False),
 }
 SLO = Slo(2000.0, 100.0)
 
 
-def one(job: tuple[str, float, int, str, int, float, float]) -> dict[str, Any]:
-    trace_name, load, limit, policy, seed, decode, prefill = job
+def one(job: tuple[str, float, int, str, int, str]) -> dict[str, Any]:
+    trace_name, load, limit, policy, seed, setting = job
+    decode, prefill, spread = SETTINGS[setting]
     pool = build_pool(8, "a100-llama3-8b")
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
     tenants = TenantModel(seed=seed) if trace_name.startswith("azure") else None
     trace = load_trace(trace_name, tenants).head(limit).scaled(load)
-    config = SimConfig(SLO, seed=seed, transfer=fabric, decode_scale=decode, prefill_scale=prefill)
+    config = SimConfig(
+        SLO,
+        seed=seed,
+        transfer=fabric,
+        decode_scale=decode,
+        prefill_scale=prefill,
+        spread_ties=spread,
+    )
     result = Simulation(trace, pool, make_policy(policy, fabric, seed), config).run()
     row = summarize(result, SLO)
     return {
         "policy": policy,
         "seed": seed,
-        "decode_scale": decode,
-        "prefill_scale": prefill,
+        "setting": setting,
         "slo_attainment": row["slo_attainment"],
         "ttft_p90_ms": row["ttft_ms"]["p90"],
     }
@@ -71,38 +81,40 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--policies", default="headroom,llm-d-predicted,dynamo-kv,llm-d-322")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="which of the settings")
     args = parser.parse_args(argv)
     policies = args.policies.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
+    settings = args.settings.split(",")
+    unknown = set(settings) - set(SETTINGS)
+    if unknown:
+        parser.error(f"unknown settings {sorted(unknown)}; available: {', '.join(SETTINGS)}")
     jobs = [
-        (args.trace, args.load, args.limit, p, s, d, f)
-        for d, f in SETTINGS.values()
+        (args.trace, args.load, args.limit, p, s, label)
+        for label in settings
         for p in policies
         for s in seeds
     ]
     with ProcessPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(one, jobs))
     table: dict[str, dict[str, Any]] = {}
-    for label, (d, f) in SETTINGS.items():
+    for label in settings:
         rows = {}
         for p in policies:
-            mine = [
-                r
-                for r in runs
-                if r["policy"] == p and r["decode_scale"] == d and r["prefill_scale"] == f
-            ]
+            mine = [r for r in runs if r["policy"] == p and r["setting"] == label]
             rows[p] = {
                 "slo_attainment": round(statistics.fmean(r["slo_attainment"] for r in mine), 4),
                 "ttft_p90_ms": round(statistics.fmean(r["ttft_p90_ms"] for r in mine), 1),
             }
         ranking = sorted(policies, key=lambda p: -rows[p]["slo_attainment"])
         table[label] = {"policies": rows, "ranking": ranking}
-    base = table["1.0x"]["ranking"]
+    base = table[settings[0]]["ranking"]
     print(
         json.dumps(
             {
                 "run": vars(args),
                 "table": table,
+                "reference": settings[0],
                 "flips": [k for k, v in table.items() if v["ranking"] != base],
             },
             indent=1,
