@@ -152,7 +152,9 @@ Outcome = FirstToken | Done | Handoff
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
-    """What the pod's /metrics endpoint exposes (vLLM's gauges)."""
+    """What the pod's /metrics endpoint exposes, as vLLM V1's ``SchedulerStats`` counts them:
+    the block pool's usage (referenced blocks; cached unreferenced ones count as free), the
+    waiting queue (preempted requests included) and the running list."""
 
     kv_cache_usage: float
     num_waiting: int
