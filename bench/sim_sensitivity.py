@@ -102,8 +102,10 @@ def main(argv: list[str]) -> int:
         rows = {}
         for p in policies:
             mine = [r for r in runs if r["policy"] == p and r["setting"] == label]
+            slo = [r["slo_attainment"] for r in mine]
             rows[p] = {
-                "slo_attainment": round(statistics.fmean(r["slo_attainment"] for r in mine), 4),
+                "slo_attainment": round(statistics.fmean(slo), 4),
+                "slo_attainment_min_max": [min(slo), max(slo)],
                 "ttft_p90_ms": round(statistics.fmean(r["ttft_p90_ms"] for r in mine), 1),
             }
         ranking = sorted(policies, key=lambda p: -rows[p]["slo_attainment"])
