@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
         runs = list(pool.map(one, jobs))
     table: dict[str, dict[str, Any]] = {}
     for label in settings:
-        rows = {}
+        rows: dict[str, dict[str, Any]] = {}
         for p in policies:
             mine = [r for r in runs if r["policy"] == p and r["setting"] == label]
             slo = [r["slo_attainment"] for r in mine]
