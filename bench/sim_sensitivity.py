@@ -9,7 +9,8 @@ only sees them inside static batches), so the comparison is rerun with the decod
 prefill share of every iteration's cost scaled by 0.7 and 1.3, one at a time
 (``SimConfig.decode_scale`` / ``prefill_scale``), everything else at the benchmark's defaults
 (vLLM V1 pod, step noise, tied arrivals spread, predictor-call delay). ``ties kept`` reruns the
-1.0x costs with the trace's tied arrivals left tied (``SimConfig.spread_ties = False``). For each
+1.0x costs with the trace's tied arrivals left tied (``SimConfig.spread_ties = False``), and
+``... no delay`` without the predictor call's dispatch delay (``dispatch_delay_ms = 0``). For each
 setting: every policy's SLO attainment and TTFT p90 (mean over the seeds) and the ranking by SLO
 attainment; ``flips`` lists the settings whose ranking differs from the first one's (by default
 1.0x).
@@ -36,20 +37,23 @@ from backend.sim.routers import make_policy
 from backend.sim.traces import TRACE_NAMES, TenantModel, load_trace
 from backend.sim.view import Slo
 
-SETTINGS: dict[str, tuple[float, float, bool]] = {  # decode scale, prefill scale, spread ties
-    "1.0x": (1.0, 1.0, True),
-    "decode 0.7x": (0.7, 1.0, True),
-    "decode 1.3x": (1.3, 1.0, True),
-    "prefill 0.7x": (1.0, 0.7, True),
-    "prefill 1.3x": (1.0, 1.3, True),
-    "ties kept": (1.0, 1.0, False),
+# decode scale, prefill scale, spread ties, dispatch delay (None: the policy's predictor call)
+SETTINGS: dict[str, tuple[float, float, bool, float | None]] = {
+    "1.0x": (1.0, 1.0, True, None),
+    "decode 0.7x": (0.7, 1.0, True, None),
+    "decode 1.3x": (1.3, 1.0, True, None),
+    "prefill 0.7x": (1.0, 0.7, True, None),
+    "prefill 1.3x": (1.0, 1.3, True, None),
+    "ties kept": (1.0, 1.0, False, None),
+    "ties kept, no delay": (1.0, 1.0, False, 0.0),
+    "no delay": (1.0, 1.0, True, 0.0),
 }
 SLO = Slo(2000.0, 100.0)
 
 
 def one(job: tuple[str, float, int, str, int, str]) -> dict[str, Any]:
     trace_name, load, limit, policy, seed, setting = job
-    decode, prefill, spread = SETTINGS[setting]
+    decode, prefill, spread, delay = SETTINGS[setting]
     pool = build_pool(8, "a100-llama3-8b")
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
     tenants = TenantModel(seed=seed) if trace_name.startswith("azure") else None
@@ -61,6 +65,7 @@ def one(job: tuple[str, float, int, str, int, str]) -> dict[str, Any]:
         decode_scale=decode,
         prefill_scale=prefill,
         spread_ties=spread,
+        dispatch_delay_ms=delay,
     )
     result = Simulation(trace, pool, make_policy(policy, fabric, seed), config).run()
     row = summarize(result, SLO)
