@@ -45,7 +45,7 @@ SETTINGS: dict[str, tuple[float, float, bool, float | None]] = {
     "prefill 0.7x": (1.0, 0.7, True, None),
     "prefill 1.3x": (1.0, 1.3, True, None),
     "ties kept": (1.0, 1.0, False, None),
-    "ties kept, no delay": (1.0, 1.0, False, 0.0),
+    "ties kept + no delay": (1.0, 1.0, False, 0.0),
     "no delay": (1.0, 1.0, True, 0.0),
 }
 SLO = Slo(2000.0, 100.0)
