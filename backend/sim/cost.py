@@ -7,6 +7,12 @@ token counts for the linear layers and the LM head (the only arguments the simul
 prefill attention is interpolated linearly between 16-token knots (relative error below 1e-3
 past 64 tokens, exact below 16); decode attention is memoised at 32-token resolution of the
 mean KV length. ``tests/unit/sim/test_cost.py`` checks the tables against the profile.
+
+``decode_scale`` and ``prefill_scale`` multiply the decode and the prefill share of every
+iteration (for a sensitivity check of the cost model; 1.0 is the measured profile). In a mixed
+iteration the linear layers, which see both kinds of tokens as one matrix, are split by token
+count; decode attention, the LM head and the framework overhead count as decode (a prefill-only
+iteration's LM head and overhead count as prefill).
 """
 
 from __future__ import annotations
@@ -22,8 +28,19 @@ _KV_RES_SHIFT = 5  # decode attention memoised per 32 tokens of mean KV length
 class StepCost:
     """Cost in milliseconds of one continuous-batching iteration on one pod."""
 
-    def __init__(self, profile: GpuProfile, max_context: int) -> None:
+    def __init__(
+        self,
+        profile: GpuProfile,
+        max_context: int,
+        decode_scale: float = 1.0,
+        prefill_scale: float = 1.0,
+    ) -> None:
+        if not (decode_scale > 0 and prefill_scale > 0):
+            raise ValueError("step-cost scales must be > 0")
         self.profile = profile
+        self.decode_scale = decode_scale
+        self.prefill_scale = prefill_scale
+        self._scaled = decode_scale != 1.0 or prefill_scale != 1.0
         rows = profile.max_num_batched_tokens + profile.max_num_seqs + 1
         self._linear: list[float] = profile.linear_ms(np.arange(rows)).tolist()
         self._lm_head: list[float] = profile.lm_head_ms(
@@ -98,16 +115,18 @@ class StepCost:
         for new, cached in chunks:
             tokens += new
             attention += self.prefill_attention(new, cached)
+        decode_attention = 0.0
         if decode_batch:
-            attention += self.decode_attention(decode_batch, decode_kv_tokens / decode_batch)
+            decode_attention = self.decode_attention(decode_batch, decode_kv_tokens / decode_batch)
         seqs = decode_batch + len(chunks)
-        return (
-            self._linear[tokens]
-            + attention
-            + self._lm_head[seqs]
-            + self._overhead
-            + self._overhead_per_seq * seqs
-        )
+        rest = self._lm_head[seqs] + self._overhead + self._overhead_per_seq * seqs
+        if not self._scaled:
+            return self._linear[tokens] + attention + decode_attention + rest
+        linear = self._linear[tokens]
+        decode_share = decode_batch / tokens if tokens else 0.0
+        decode = linear * decode_share + decode_attention + (rest if decode_batch else 0.0)
+        prefill = linear * (1.0 - decode_share) + attention + (0.0 if decode_batch else rest)
+        return self.decode_scale * decode + self.prefill_scale * prefill
 
     def decode_run(self, batch: int, kv_tokens: int, steps: int) -> FloatArray:
         """Costs of ``steps`` consecutive pure-decode iterations; every sequence's KV grows by one
@@ -116,4 +135,6 @@ class StepCost:
         base += self._overhead_per_seq * batch
         mean = kv_tokens / batch + np.arange(steps, dtype=np.float64)
         costs: FloatArray = base + self.profile.decode_attention_ms(batch, mean)
+        if self.decode_scale != 1.0:
+            costs *= self.decode_scale
         return costs

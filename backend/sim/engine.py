@@ -7,6 +7,18 @@ arrival changes the plan the pod's ``version`` moves on and the stale event is s
 The router sees what ``RouterView`` gives it; the simulator keeps its in-flight counts as a
 router would: a request counts against a pod from dispatch until it finishes there (a prefill
 pod: until the handoff), its uncached prompt tokens until its first token (or handoff).
+
+**Asking a predictor takes time.** A policy that calls a latency predictor decides on the state
+it saw at arrival, and the request reaches its pod ``dispatch_delay_ms`` later (by default the
+measured latency of that policy's predictor call, ``PREDICTOR_CALL_MS``); requests arriving
+meanwhile are decided without seeing it, as with a router that serves requests concurrently.
+
+**The present-state floor.** Every ``floor_every``-th request dispatched after
+``floor_warmup_s`` is also run on a noise-free copy of its pod (``Server.clone``) with no later
+arrivals, to its first token and its completion. The gap between that outcome and the real one
+is what no predictor that knows only the present can remove: later arrivals, preemptions they
+cause, step-time noise. ``SimResult.prediction_error`` sets it beside the live error of the
+predictions routing used.
 """
 
 from __future__ import annotations
@@ -28,14 +40,32 @@ from backend.sim.gpu import load_profile
 from backend.sim.kvcache import blocks
 from backend.sim.pool import PodSpec
 from backend.sim.routers.base import Route, RoutingPolicy
-from backend.sim.server import Done, FirstToken, Handoff, Outcome, Request, Seq, Server
+from backend.sim.routers.predicted import PredictedLatency
+from backend.sim.server import (
+    STEP_NOISE_SIGMA,
+    Done,
+    FirstToken,
+    Handoff,
+    Outcome,
+    Request,
+    Seq,
+    Server,
+)
 from backend.sim.traces.loader import UNIT_TOKENS, Trace
 from backend.sim.view import RouterView, Slo
 
 _STEP: Final = 0
 _TRANSFER: Final = 1
 _TICK: Final = 2
+_DISPATCH: Final = 3
 FloatArray = npt.NDArray[np.float64]
+
+PREDICTOR_CALL_MS: Final[dict[str, float]] = {"xgboost": 19.0, "hybrid": 1.15}
+"""Latency of one predictor call on the routing path, by predictor kind, from this project's
+benchmarks (docs/benchmarks.md, "Prediction latency"): llm-d's prediction server (XGBoost, the
+upstream sidecar) answers a 100-row call in about 19 ms p50, Headroom's ``/predict/bulk/strict``
+in 1.15 ms p50 (same machine, loopback). Issue 16 quotes about 10 ms and 1.5 ms; the project's
+own measurements are used."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +78,25 @@ class SimConfig:
     """Share of requests with priority -1 (the SLO admitter may shed them); the rest are 0."""
     transfer: TransferConfig = field(default_factory=TransferConfig)
     """The fabric's true costs per topology distance (bytes per token come from the profile)."""
+    step_noise: float = STEP_NOISE_SIGMA
+    """Log-sd of the multiplicative noise on every iteration's time (0: the profile's exact
+    cost). Default: the measured spread of whole-model forward passes (``STEP_NOISE_SIGMA``).
+    Seeded from ``seed`` and the pod's index."""
+    decode_scale: float = 1.0
+    """Multiplies the decode share of every iteration's cost (sensitivity checks)."""
+    prefill_scale: float = 1.0
+    """Multiplies the prefill share of every iteration's cost (sensitivity checks)."""
+    spread_ties: bool = True
+    """Spread arrivals over their recorded timestamp tick (``Trace.spread_ties``, seeded)."""
+    dispatch_delay_ms: float | None = None
+    """Time between a request's arrival and its dispatch. ``None``: the measured latency of the
+    policy's predictor call (``PREDICTOR_CALL_MS`` by predictor kind; 0 for a policy that calls
+    no predictor); a number: that delay for every request, whatever the policy."""
+    floor_every: int = 0
+    """Measure the present-state floor on every n-th request (0: off; the benchmark uses 10)."""
+    floor_warmup_s: float = 60.0
+    """Simulated seconds before the floor is sampled (the predictors' first models and
+    retrains; the cache warms up)."""
 
 
 @dataclass
@@ -66,6 +115,11 @@ class SimResult:
     transfer_ms: FloatArray
     predicted_ttft_ms: FloatArray
     predicted_tpot_ms: FloatArray
+    floor_ttft_ms: FloatArray
+    """The present-state floor's TTFT (from arrival) where sampled, else NaN."""
+    floor_tpot_ms: FloatArray
+    dispatch_load: npt.NDArray[np.int64]
+    """Requests on the chosen pod (running + waiting) when this one reached it; -1 if never."""
     pods: list[dict[str, Any]]
     policy: dict[str, Any]
     wall_s: float
@@ -85,6 +139,72 @@ class SimResult:
             tpot = (self.done - self.first_token) * 1000.0 / (self.output - 1)
         return np.where(self.output > 1, tpot, np.nan)
 
+    def prediction_error(self, deciles: int = 10) -> dict[str, Any]:
+        """The present-state floor beside the live error of the predictions routing used.
+
+        Relative errors ``(estimate - actual) / actual`` per target: ``floor`` on the sampled
+        requests, ``live`` on every request with a prediction and, for a like-for-like
+        comparison, on the sampled ones (``live_sampled``). Per load decile (requests on the
+        chosen pod at dispatch, equal-sized groups by rank): MAPE, median bias and p90 of the
+        absolute error, in %."""
+        actual = {"ttft": self.ttft_ms, "tpot": self.tpot_ms}
+        estimates = {
+            "floor": {"ttft": self.floor_ttft_ms, "tpot": self.floor_tpot_ms},
+            "live": {"ttft": self.predicted_ttft_ms, "tpot": self.predicted_tpot_ms},
+        }
+        sampled = np.isfinite(self.floor_ttft_ms)
+        out: dict[str, Any] = {"sampled_requests": int(sampled.sum())}
+        for target, real in actual.items():
+            row: dict[str, Any] = {}
+            for name, est in estimates.items():
+                rel = _relative_error(est[target], real)
+                row[name] = _error_stats(rel, self.dispatch_load, deciles)
+                if name == "live":
+                    only = np.where(sampled, rel, np.nan)
+                    row["live_sampled"] = _error_stats(only, self.dispatch_load, deciles)
+            out[target] = row
+        return out
+
+
+def _relative_error(estimate: FloatArray, actual: FloatArray) -> FloatArray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = (estimate - actual) / actual
+    return np.where(np.isfinite(rel) & (actual > 0), rel, np.nan)
+
+
+def _error_stats(rel: FloatArray, load: npt.NDArray[np.int64], deciles: int) -> dict[str, Any]:
+    ok = np.isfinite(rel)
+    r, lo = rel[ok], load[ok]
+
+    def stats(x: FloatArray) -> dict[str, float | int]:
+        if not len(x):
+            return {"n": 0}
+        return {
+            "n": len(x),
+            "mape_pct": round(100.0 * float(np.mean(np.abs(x))), 2),
+            "median_bias_pct": round(100.0 * float(np.median(x)), 2),
+            "p90_abs_pct": round(100.0 * float(np.quantile(np.abs(x), 0.9)), 2),
+        }
+
+    # Equal-sized groups by rank of the load (ties broken by request order), so that a load
+    # shared by many requests does not leave deciles empty.
+    order = np.argsort(lo, kind="stable")
+    groups = np.array_split(order, deciles) if len(r) >= deciles else []
+    return {
+        **stats(r),
+        "by_load_decile": [
+            {"load_min": int(lo[g].min()), "load_max": int(lo[g].max()), **stats(r[g])}
+            for g in groups
+        ],
+    }
+
+
+def predictor_call_ms(policy: RoutingPolicy) -> float:
+    """The measured latency of the predictor call ``policy`` makes per request (0 if none)."""
+    if isinstance(policy, PredictedLatency):
+        return PREDICTOR_CALL_MS[policy.config.kind]
+    return 0.0
+
 
 def max_context(pods: Sequence[PodSpec]) -> int:
     """Longest prompt + output every pod can hold (1 % watermark and a block of slack)."""
@@ -103,6 +223,8 @@ class Simulation:
         limit = max_context(pods)
         if int((trace.input_tokens + trace.output_tokens).max(initial=0)) > limit:
             trace = trace.clipped(limit)
+        if config.spread_ties:
+            trace = trace.spread_ties(config.seed)
         self.trace = trace
         self.config = config
         self.policy = policy
@@ -114,6 +236,10 @@ class Simulation:
                 role=spec.role,
                 topology=spec.topology,
                 max_context=limit,
+                step_noise=config.step_noise,
+                seed=config.seed,
+                decode_scale=config.decode_scale,
+                prefill_scale=config.prefill_scale,
             )
             for i, spec in enumerate(pods)
         ]
@@ -128,6 +254,14 @@ class Simulation:
         if self.view.prefill_pods and not self.view.decode_pods:
             raise ValueError("a P/D pool needs decode pods too")
         policy.bind(self.view)
+        delay = config.dispatch_delay_ms
+        if delay is None:
+            delay = predictor_call_ms(policy)
+        if delay < 0:
+            raise ValueError("dispatch_delay_ms must be >= 0")
+        self.dispatch_delay_s = delay / 1000.0
+        if config.floor_every < 0:
+            raise ValueError("floor_every must be >= 0")
         units = trace.all_units()
         priorities = np.where(
             np.random.default_rng(config.seed).random(len(trace)) < config.sheddable_fraction,
@@ -154,6 +288,10 @@ class Simulation:
         self._shed = np.zeros(n, dtype=np.bool_)
         self._hit = np.full(n, -1, dtype=np.int64)
         self._transfer = np.full(n, np.nan)
+        self._floor_ttft = np.full(n, np.nan)
+        self._floor_tpot = np.full(n, np.nan)
+        self._load = np.full(n, -1, dtype=np.int64)
+        self._dispatched = 0  # requests that reached a pod, for the floor's sampling
         self._heap: list[tuple[float, int, int, int, Any]] = []
         self._counter = 0
         self._inflight = 0
@@ -214,6 +352,8 @@ class Simulation:
                     self._schedule_pod(server, nxt)
                     for o in outcomes:
                         self._outcome(o, server)
+                elif kind == _DISPATCH:
+                    self._dispatch(payload[0], payload[1], t)
                 elif kind == _TRANSFER:
                     seq = Seq(payload)
                     seq.remote = True
@@ -231,24 +371,52 @@ class Simulation:
         return i < n or bool(heap)
 
     def _arrive(self, req: Request, now: float) -> None:
-        v = self.view
-        v.now = now
+        self.view.now = now
         route = self.policy.route(req)
         if route.shed:
             self._shed[req.rid] = True
             return
         self.routes[req.rid] = route
-        self.policy.on_dispatch(req, route, now)
         self._inflight += 1
+        if self.dispatch_delay_s > 0:
+            # The decision waited for the predictor's answer; the request leaves the router then.
+            self._push(now + self.dispatch_delay_s, _DISPATCH, 0, (req, route))
+        else:
+            self._dispatch(req, route, now)
+
+    def _dispatch(self, req: Request, route: Route, now: float) -> None:
+        v = self.view
+        v.now = now
+        self.policy.on_dispatch(req, route, now)
         first = route.prefill if route.prefill is not None else route.pod
         v.dispatched[first] += 1
         v.prefill_inflight[first] += route.uncached
         if route.prefill is not None:
             v.dispatched[route.pod] += 1
         server = self.servers[first]
-        self._schedule_pod(
-            server, server.enqueue(Seq(req, prefill_only=route.prefill is not None), now)
+        seq = Seq(req, prefill_only=route.prefill is not None)
+        self._load[req.rid] = len(server.running) + len(server.waiting)
+        self._dispatched += 1
+        cfg = self.config
+        if (
+            cfg.floor_every
+            and route.prefill is None
+            and now >= cfg.floor_warmup_s
+            and self._dispatched % cfg.floor_every == 0
+        ):
+            self._measure_floor(server, seq, now)
+        self._schedule_pod(server, server.enqueue(seq, now))
+
+    def _measure_floor(self, server: Server, seq: Seq, now: float) -> None:
+        """Run a noise-free copy of the pod with this request and no later arrivals to its
+        first token and its completion (P/D routes are not sampled: the outcome would also
+        depend on the decode pod and the transfer)."""
+        req = seq.req
+        ttft_s, tpot_ms = server.lookahead(
+            seq, now, decode_tokens=max(req.output - 1, 0), horizon_s=math.inf
         )
+        self._floor_ttft[req.rid] = (now - req.arrival + ttft_s) * 1000.0
+        self._floor_tpot[req.rid] = tpot_ms
 
     def _outcome(self, o: Outcome, server: Server) -> None:
         v = self.view
@@ -310,6 +478,9 @@ class Simulation:
             transfer_ms=self._transfer,
             predicted_ttft_ms=np.asarray([nan if r is None else r.ttft_ms for r in routes]),
             predicted_tpot_ms=np.asarray([nan if r is None else r.tpot_ms for r in routes]),
+            floor_ttft_ms=self._floor_ttft,
+            floor_tpot_ms=self._floor_tpot,
+            dispatch_load=self._load,
             pods=[
                 {
                     "name": s.name,
@@ -331,4 +502,12 @@ class Simulation:
         )
 
 
-__all__ = ["SimConfig", "SimResult", "Simulation", "blocks", "max_context"]
+__all__ = [
+    "PREDICTOR_CALL_MS",
+    "SimConfig",
+    "SimResult",
+    "Simulation",
+    "blocks",
+    "max_context",
+    "predictor_call_ms",
+]

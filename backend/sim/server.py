@@ -1,17 +1,31 @@
-"""One model-server pod: vLLM-style continuous batching with chunked prefill, in macro steps.
+"""One model-server pod: vLLM V1's scheduler with chunked prefill, in macro steps.
 
-Each iteration (vLLM V1's scheduler, simplified):
+Each iteration follows ``Scheduler.schedule`` of vLLM V1 (vllm/v1/core/sched/scheduler.py and
+vllm/v1/core/kv_cache_manager.py, read at vllm-project/vllm 00024d31 / 003df296):
 
-1. every running request that has finished its prefill decodes one token; if the KV cache has no
-   block for a token, the most recently admitted running request is preempted (recompute mode:
-   its blocks are released and it goes back to the head of the queue);
-2. running requests part-way through a prefill take the next chunk of the token budget
-   (``max_num_batched_tokens``) left over;
-3. waiting requests are admitted first come first served while budget, sequence slots
-   (``max_num_seqs``) and KV blocks last. **Admission control**: a request is admitted only when
-   blocks for its whole prompt are free (after its prefix hit), less a 1 % watermark; the head
-   of the queue blocks the rest. So prefill never runs out of KV; decode growth can, and is
-   handled by preemption.
+1. **Running requests first, in admission order**, while the token budget
+   (``max_num_batched_tokens``) lasts: a request past its prefill gets one decode token, a
+   request part-way through its prefill the next chunk of what the budget has left. Each gets KV
+   blocks for exactly the tokens scheduled (``allocate_slots``). When the blocks run out, the
+   lowest-priority running request, the last admitted (``self.running.pop()`` under FCFS), is
+   **preempted by recompute**: its blocks are freed, its computed tokens reset, and it goes back
+   to the head of the waiting queue; repeated until the allocation fits or the request itself
+   was the one preempted.
+2. **Waiting requests**, first come first served, unless this iteration preempted: a request
+   takes its prefix hit and blocks for its *first chunk only*, less a watermark of free blocks
+   (1 %) that only admissions must leave; the head of the queue blocks the rest. No whole-prompt
+   reservation: a long prompt admitted beside others can later run out of blocks mid-prefill and
+   be preempted, as in vLLM V1.
+3. **Prefix blocks are cached as their chunks complete** (``cache_blocks`` at allocation for the
+   tokens scheduled): a 512-token unit becomes a cache hit for later requests as soon as the
+   chunk that finishes it is computed, not at the end of the whole prefill.
+
+The gauges are vLLM's ``SchedulerStats``: ``num_requests_waiting`` is the waiting queue,
+preempted requests included; ``num_requests_running`` the running list; KV usage the block
+pool's (``1 - free / total``, where cached blocks no request references count as free).
+
+Step costs come from the measured profile (``cost.py``), optionally scaled (decode and prefill
+apart) and multiplied by seeded log-normal noise (``step_noise``; see ``STEP_NOISE_SIGMA``).
 
 The event loop never steps one token at a time: while no prefill is scheduled, the batch
 changes only when a request finishes, so the pod plans a *run* of decode iterations up to the
@@ -33,6 +47,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+
 from backend.scheduling.types import Topology
 from backend.sim.cost import StepCost
 from backend.sim.gpu import GpuProfile
@@ -41,6 +57,14 @@ from backend.sim.traces.loader import UNIT_TOKENS
 
 MAX_DECODE_RUN: Final = 64
 WATERMARK: Final = 0.01  # vLLM keeps 1 % of blocks free when admitting
+STEP_NOISE_SIGMA: Final = 0.025
+"""Log-sd of an iteration's time around the profile's cost. Measured spread of whole-model
+single forward passes: Splitwise's ``perf_model.csv`` (shared/data/splitwise-sim) repeats each
+(model, GPU, TP, batch, prompt) prefill 5-15 times; the log-sd of those repeats is 0.012 at the
+median point, 0.025 on average (the mean keeps the noisy tail, up to 0.15), over 228 points.
+Per-kernel repeats in vidur's tables are tighter (about 0.01 per layer). Decode iterations are
+only measured as run means there, whose spread (0.3-0.5 %) does not shrink with run length, so
+it bounds the per-iteration noise from below and cannot separate it; the same sigma is used."""
 
 
 class Request:
@@ -69,6 +93,7 @@ class Seq:
         "generated",
         "held",
         "hit_tokens",
+        "owned",
         "preemptions",
         "prefill_only",
         "prefilled",
@@ -89,6 +114,7 @@ class Seq:
         self.prefilled = False
         self.held: list[int] = []  # prefix units referenced, a prefix of req.units
         self.private = 0  # blocks owned alone (prompt blocks not yet cached units, decode blocks)
+        self.owned = 0  # blocks covering its tokens, shared prefix units included
         self.hit_tokens = -1  # prefix-cache hit at first admission; -1 until admitted
         self.first_token: float | None = None
         self.preemptions = 0
@@ -126,7 +152,9 @@ Outcome = FirstToken | Done | Handoff
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
-    """What the pod's /metrics endpoint exposes (vLLM's gauges)."""
+    """What the pod's /metrics endpoint exposes, as vLLM V1's ``SchedulerStats`` counts them:
+    the block pool's usage (referenced blocks; cached unreferenced ones count as free), the
+    waiting queue (preempted requests included) and the running list."""
 
     kv_cache_usage: float
     num_waiting: int
@@ -146,13 +174,23 @@ class Server:
         role: str = "",
         topology: Topology | None = None,
         max_context: int = 131_072,
+        step_noise: float = 0.0,
+        seed: int = 0,
+        decode_scale: float = 1.0,
+        prefill_scale: float = 1.0,
     ) -> None:
         self.index = index
         self.name = name
         self.profile = profile
         self.role = role
         self.topology = topology
-        self.cost = StepCost(profile, max_context)
+        self.cost = StepCost(profile, max_context, decode_scale, prefill_scale)
+        if step_noise < 0:
+            raise ValueError("step_noise must be >= 0")
+        # Multiplicative log-normal noise per iteration; one generator per pod, seeded, so a
+        # run is reproducible and pods do not share draws.
+        self.step_noise = step_noise
+        self._rng = np.random.default_rng((seed, index)) if step_noise > 0 else None
         self.kv = KvCache(profile.kv_capacity_tokens // BLOCK_TOKENS)
         self.budget = profile.max_num_batched_tokens
         self.max_seqs = profile.max_num_seqs
@@ -219,6 +257,7 @@ class Server:
         for s in self._decoders:
             back = blocks(s.ctx + self._steps) - blocks(s.ctx + keep)
             s.private -= back
+            s.owned -= back
             self.kv.release(back)
         self._steps = keep
         return self._ends[idx]
@@ -241,9 +280,9 @@ class Server:
                 finished = True
         for s, n in self._chunks:
             s.computed += n
+            self._cache_units(s)
             if s.computed < s.target:
                 continue
-            self._cache_prompt(s)
             s.prefilled = True
             s.ctx = s.target
             if s.prefill_only:
@@ -272,15 +311,20 @@ class Server:
     def _release(self, s: Seq) -> None:
         self.kv.release(s.private)
         s.private = 0
+        s.owned = 0
         for h in reversed(s.held):
             self.kv.unref(h)
         s.held = []
 
-    def _cache_prompt(self, s: Seq) -> None:
-        """Prefill done: the prompt's blocks become cached prefix units."""
-        units, prompt = s.req.units, s.req.prompt
+    def _cache_units(self, s: Seq) -> None:
+        """Prompt units whose tokens are all computed become cached prefix units (vLLM caches
+        each full block once the chunk that fills it is scheduled; units are our block)."""
+        units, prompt, done = s.req.units, s.req.prompt, s.computed
         for i in range(len(s.held), len(units)):
-            size = blocks(min(UNIT_TOKENS, prompt - UNIT_TOKENS * i))
+            end = min(UNIT_TOKENS * (i + 1), prompt)
+            if done < end:
+                break
+            size = blocks(end - UNIT_TOKENS * i)
             self.kv.adopt(units[i], size)
             s.private -= size
             s.held.append(units[i])
@@ -296,85 +340,103 @@ class Server:
         s.remote = False  # recomputed here from now on
         self.waiting.appendleft(s)
 
-    def _admit(self, s: Seq, reserve: int) -> bool:
-        """Reserve KV for ``s`` if its blocks fit beside ``reserve`` blocks already promised."""
+    def _admit(self, s: Seq, budget: int) -> int:
+        """Schedule waiting ``s``: its prefix hit and blocks for its first chunk, if they fit
+        beside the watermark. Returns the tokens scheduled (0: not admitted)."""
         kv = self.kv
         units = s.req.units
         run = kv.leading_run(units)
         hit = units[:run]
         hit_blocks = sum(kv.size[h] for h in hit)
-        need = blocks(s.target) - hit_blocks
+        hit_tokens = min(run * UNIT_TOKENS, s.req.prompt)
         if s.remote:
-            need += blocks(s.target + 1) - blocks(s.target)  # its first decode token
-        if need + reserve + self.watermark > kv.available() - kv.evictable_in(hit):
-            return False
+            # The whole prompt's KV arrives by transfer, plus a slot for its first decode token.
+            n, computed = 1, s.target
+            need = blocks(s.target + 1) - hit_blocks
+        else:
+            computed = min(hit_tokens, s.target - 1)  # the last token is always computed
+            n = min(s.target - computed, budget)
+            need = max(blocks(computed + n) - hit_blocks, 0)
+        if need + self.watermark > kv.available() - kv.evictable_in(hit):
+            return 0
         for h in hit:
             kv.ref(h)
         s.held = hit
+        kv.allocate(need)
+        s.private = need
+        s.owned = hit_blocks + need
+        s.computed = computed
         if s.remote:
-            kv.allocate(blocks(s.target) - hit_blocks)
-            s.private = blocks(s.target) - hit_blocks
-            self._cache_prompt(s)
+            self._cache_units(s)
             s.prefilled = True
-            s.computed = s.target
             s.ctx = s.target
-        else:
-            kv.allocate(need)
-            s.private = need
-            hit_tokens = min(run * UNIT_TOKENS, s.req.prompt)
-            s.computed = min(hit_tokens, s.target - 1)  # the last token is always computed
         if s.hit_tokens < 0:
-            s.hit_tokens = min(run * UNIT_TOKENS, s.req.prompt) if not s.remote else -2
-        return True
+            s.hit_tokens = hit_tokens if not s.remote else -2
+        return n
 
-    def _decode_need(self, decoders: list[Seq], steps: int) -> int:
-        if steps == 1:
-            # A token needs a new block exactly when the last one is full.
-            return sum(1 for s in decoders if s.ctx % BLOCK_TOKENS == 0)
-        return sum(blocks(s.ctx + steps) - blocks(s.ctx) for s in decoders)
+    def _run_need(self, decoders: list[Seq], steps: int) -> int:
+        """Blocks the decoders need beyond what they own for ``steps`` more tokens each."""
+        return sum(blocks(s.ctx + steps) - s.owned for s in decoders)
+
+    def _noisy(self, ms: float) -> float:
+        return ms if self._rng is None else ms * math.exp(self.step_noise * self._rng.normal())
 
     def _plan(self, now: float) -> float | None:
         kv = self.kv
-        decoders = [s for s in self.running if s.prefilled]
-        preempted = False
-        while decoders and self._decode_need(decoders, 1) > kv.available():
-            if len(self.running) == 1:
-                # Only possible for a request whose context outgrows the whole cache, which the
-                # simulator rules out by clipping traces to the pods' capacity.
-                raise RuntimeError(f"{self.name}: one request outgrew the KV cache")
-            victim = self.running.pop()
-            if victim.prefilled:
-                decoders.remove(victim)
-            self._preempt(victim)
-            preempted = True
-        budget = self.budget - len(decoders)
+        running = self.running
+        budget = self.budget
+        decoders: list[Seq] = []
         chunks: list[tuple[Seq, int]] = []
-        for s in self.running:
-            if budget <= 0:
-                break
-            if not s.prefilled:
+        preempted = False
+        i = 0
+        # 1. Running requests in admission order, each with blocks for what it is scheduled.
+        while i < len(running) and budget > 0:
+            s = running[i]
+            if s.prefilled:
+                n = 1
+                need = blocks(s.ctx + 1) - s.owned
+            else:
                 n = min(s.target - s.computed, budget)
-                chunks.append((s, n))
+                need = blocks(s.computed + n) - s.owned
+            while need > kv.available():
+                if len(running) == 1:
+                    # Only possible for a request whose context outgrows the whole cache, which
+                    # the simulator rules out by clipping traces to the pods' capacity.
+                    raise RuntimeError(f"{self.name}: one request outgrew the KV cache")
+                # Victims come from the tail, never already scheduled: s is at index i.
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is s:
+                    break
+            else:
+                if need > 0:
+                    kv.allocate(need)
+                    s.private += need
+                    s.owned += need
+                if s.prefilled:
+                    decoders.append(s)
+                else:
+                    chunks.append((s, n))
                 budget -= n
-        reserve = self._decode_need(decoders, 1)
-        # vLLM admits nothing in an iteration that had to preempt.
+                i += 1
+                continue
+            break
+        # 2. Waiting requests, unless this iteration preempted (vLLM admits nothing then).
         while (
             not preempted
             and self.waiting
             and budget > 0
-            and len(self.running) < self.max_seqs
-            and self._admit(self.waiting[0], reserve)
+            and len(running) < self.max_seqs
+            and (n := self._admit(self.waiting[0], budget))
         ):
             s = self.waiting.popleft()
-            self.running.append(s)
+            running.append(s)
             if s.prefilled:
                 decoders.append(s)
-                budget -= 1
-                reserve += blocks(s.ctx + 1) - blocks(s.ctx)
             else:
-                n = min(s.target - s.computed, budget)
                 chunks.append((s, n))
-                budget -= n
+            budget -= n
         self._decoders, self._chunks = decoders, chunks
         if not decoders and not chunks:
             self.busy = False
@@ -383,37 +445,44 @@ class Server:
             return None
         self.busy = True
         kv_tokens = sum(s.ctx for s in decoders)
-        if chunks:
+        if chunks or preempted:
+            # One iteration: a prefill changes the batch, and after a preemption the next
+            # iteration may admit the preempted request again.
             steps = 1
             ms = self.cost.step([(n, s.computed) for s, n in chunks], len(decoders), kv_tokens)
-            self._ends = [now + ms / 1000.0]
+            self._ends = [now + self._noisy(ms) / 1000.0]
         else:
             steps = min(MAX_DECODE_RUN, min(s.req.output - s.generated for s in decoders))
             avail = kv.available()
-            if self._decode_need(decoders, steps) > avail:
-                lo, hi = 1, steps  # need(lo) fits (checked above); find the longest run that does
+            if self._run_need(decoders, steps) > avail:
+                lo, hi = 1, steps  # one step is allocated already; find the longest run that fits
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
-                    if self._decode_need(decoders, mid) <= avail:
+                    if self._run_need(decoders, mid) <= avail:
                         lo = mid
                     else:
                         hi = mid - 1
                 steps = lo
+            for s in decoders:
+                grow = blocks(s.ctx + steps) - s.owned
+                if grow:
+                    kv.allocate(grow)
+                    s.private += grow
+                    s.owned += grow
             costs = self.cost.decode_run(len(decoders), kv_tokens, steps)
-            ends = now + costs.cumsum() / 1000.0
-            self._ends = ends.tolist()
-        for s in decoders:
-            grow = blocks(s.ctx + steps) - blocks(s.ctx)
-            if grow:
-                kv.allocate(grow)
-                s.private += grow
+            if self._rng is not None:
+                costs = costs * np.exp(self.step_noise * self._rng.standard_normal(steps))
+            self._ends = (now + costs.cumsum() / 1000.0).tolist()
         self._steps = steps
         self._snapshot(now)
         return self._ends[steps - 1]
 
-    # ---- look-ahead (the oracle) ---------------------------------------------------------
+    # ---- look-ahead (the oracle, the floor) ------------------------------------------------------
 
-    def _clone(self) -> Server:
+    def clone(self) -> Server:
+        """A copy of this pod as it stands (queues, KV, the run in progress) that can be run
+        forward without touching it. The copy's steps are noise-free: it stands for what the
+        present lets anyone know, and future noise is not part of the present."""
         other = Server.__new__(Server)
         for name in (
             "index",
@@ -433,6 +502,8 @@ class Server:
         ):
             setattr(other, name, getattr(self, name))
         other.kv = self.kv.clone()
+        other.step_noise = 0.0
+        other._rng = None
         copies = {id(s): s.clone() for s in (*self.running, *self.waiting)}
         other.running = [copies[id(s)] for s in self.running]
         other.waiting = deque(copies[id(s)] for s in self.waiting)
@@ -458,7 +529,7 @@ class Server:
         itself is untouched. ``(inf, nan)`` if the first token is not out within ``horizon_s``
         (so a caller can stop early once it knows a better pod). ``ahead``: requests already
         on their way here (under P/D, still prefilling elsewhere) that will queue first."""
-        sim = self._clone()
+        sim = self.clone()
         t: float | None = None
         for other in ahead:
             t = sim.enqueue(other.clone(), now) or t

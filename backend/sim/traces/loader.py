@@ -4,6 +4,12 @@ A trace is columnar: arrival time, prompt and output tokens, and each request's 
 ids (one id per 512-token block of the prompt; two requests that share their leading ids share
 that much prompt). The Mooncake traces carry real block ids. The Azure traces carry none, so
 they get synthetic ones from a documented model of shared system prompts (``tenant_prefixes``).
+
+Timestamps are recorded at some resolution, the trace's *tick* (``Trace.tick_s``): Mooncake's
+conversation trace stamps arrivals on a 3-second clock (1,180 distinct instants for 12,031
+requests, consecutive instants 2,999-3,001 ms apart), so a whole tick's requests appear to
+arrive together. ``Trace.spread_ties`` places each arrival uniformly at random within its tick,
+seeded, keeping the trace's order.
 """
 
 from __future__ import annotations
@@ -34,6 +40,17 @@ TRACE_FILES: Final[dict[str, tuple[str, str]]] = {
 }
 TRACE_NAMES: Final = tuple(TRACE_FILES)
 
+TICK_S: Final[dict[str, float]] = {
+    # Distinct timestamps sit on a 3 s grid (gaps of 3,000 +- 1 ms between distinct instants).
+    "mooncake-conversation": 3.0,
+    # Integer milliseconds, Poisson arrivals: few ties.
+    "mooncake-synthetic": 0.001,
+    # 7 fractional digits of a second.
+    "azure-code": 1e-7,
+    "azure-conv": 1e-7,
+}
+"""Resolution of each shipped trace's recorded arrival times, in seconds."""
+
 
 @dataclass(frozen=True)
 class TenantModel:
@@ -55,12 +72,14 @@ class TenantModel:
 @dataclass(frozen=True, eq=False)
 class Trace:
     name: str
-    arrival_s: FloatArray  # sorted, first arrival at 0
+    arrival_s: FloatArray  # sorted, from 0 (the first arrival, or the start of its tick)
     input_tokens: IntArray
     output_tokens: IntArray
     hash_ids: IntArray  # all requests' block ids, concatenated
     hash_offsets: IntArray  # request i's ids are hash_ids[offsets[i]:offsets[i + 1]]
     prefix_source: str
+    tick_s: float = 0.0
+    """Resolution of the recorded arrival times (seconds at the current load; 0: exact)."""
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -83,7 +102,28 @@ class Trace:
         """The same requests arriving ``load`` times as fast (load 2 = twice the request rate)."""
         if not load > 0:
             raise ValueError("load must be > 0")
-        return replace(self, arrival_s=self.arrival_s / load)
+        return replace(self, arrival_s=self.arrival_s / load, tick_s=self.tick_s / load)
+
+    def spread_ties(self, seed: int) -> Trace:
+        """Each arrival placed uniformly at random within its recorded tick.
+
+        A request stamped ``t`` arrived somewhere in ``[t, t + tick)``; it gets a uniform draw
+        there, capped at the next distinct stamp so that the order of the trace is kept (draws
+        within one stamp are sorted and handed out in trace order). Seeded: the same seed gives
+        the same arrivals. The time origin stays where it was (the first tick starts at 0).
+        """
+        if self.tick_s <= 0 or not len(self):
+            return self
+        t = self.arrival_s
+        stamps, first = np.unique(t, return_index=True)
+        counts = np.diff(np.append(first, len(t)))
+        ends = np.minimum(stamps + self.tick_s, np.append(stamps[1:], np.inf))
+        width = np.repeat(ends - stamps, counts)
+        group = np.repeat(np.arange(len(stamps)), counts)
+        u = np.random.default_rng(seed).random(len(t))
+        # Sorting (group, u) orders the draws within each stamp; trace order is kept.
+        u = u[np.lexsort((u, group))]
+        return replace(self, arrival_s=t + u * width)
 
     def select(self, mask: npt.NDArray[np.bool_]) -> Trace:
         """The requests where ``mask`` holds, arrivals re-based to start at 0."""
@@ -192,6 +232,7 @@ def _mooncake(path: Traversable, name: str) -> Trace:
         hash_ids=np.asarray(ids, dtype=np.int64),
         hash_offsets=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
         prefix_source="mooncake hash_ids (real, 512-token blocks)",
+        tick_s=TICK_S[name],
     )
 
 
@@ -241,6 +282,7 @@ def _azure(path: Traversable, name: str, tenants: TenantModel) -> Trace:
             f"synthetic: {tenants.tenants} tenants, Zipf({tenants.zipf_s}) popularity, system "
             f"prompts of 1-{tenants.max_units} x {UNIT_TOKENS} tokens, seed {tenants.seed}"
         ),
+        tick_s=TICK_S[name],
     )
 
 
