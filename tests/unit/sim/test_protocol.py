@@ -1,0 +1,91 @@
+"""The fair benchmark protocol: a tuning slice apart, disjoint evaluation slices, spreads."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+
+from backend.sim.protocol import (
+    SUITES,
+    Job,
+    ProtocolConfig,
+    Runner,
+    compare,
+    run_job,
+    run_protocol,
+    table,
+)
+
+SMALL = replace(SUITES["azure"], tuning_loads=(3.0,), slice_requests=60)
+LINE = re.compile(r"slice (\d+) seed (\d+) load ([\d.]+) ([\w-]+)")
+
+
+def test_options_are_tuned_on_the_tuning_slice_and_figures_come_from_the_others() -> None:
+    lines: list[str] = []
+    config = ProtocolConfig(
+        SMALL,
+        seeds=(4, 5, 6),
+        loads=(1.0, 4.0),
+        policies=("least-request", "lmetric", "dynamo-kv"),
+        capacity_steps=1,
+        workers=1,
+    )
+    data = run_protocol(config, log=lines.append)
+    json.dumps(data, allow_nan=False)
+    runs = [LINE.search(line).groups() for line in lines]  # type: ignore[union-attr]
+    tuning = [r for r in runs if r[0] == "0"]
+    # Only the policies with options were tuned, all on slice 0 at the tuning load.
+    assert {r[3] for r in tuning} == {"lmetric", "dynamo-kv"}
+    assert {float(r[2]) for r in tuning} == {3.0}
+    assert len(tuning) == 2 + 3  # every option combination once
+    # Evaluation slice i always runs with seed i: spreads mix traffic and simulator noise.
+    assert {(r[0], r[1]) for r in runs if r[0] != "0"} == {("1", "4"), ("2", "5"), ("3", "6")}
+    assert data["tuning"]["dynamo-kv"]["options"] in [
+        t["options"] for t in data["tuning"]["dynamo-kv"]["tried"]
+    ]
+    for row in data["results"]:
+        assert len(row["runs"]) == 3
+        s = row["slo_attainment"]
+        assert s["min"] <= s["mean"] <= s["max"]
+        assert s["mean"] == pytest.approx(
+            sum(x["slo_attainment"] for x in row["runs"]) / 3, abs=1e-4
+        )
+    for c in data["capacity"].values():
+        for lo, hi in c["brackets"]:
+            assert hi is None or lo < hi
+    # The capacity bracket reuses the evaluation runs instead of simulating them again.
+    assert data["timing"]["reused_runs"] >= 3 * 2 * 3
+    text = table(data)
+    assert "| 4 | " in text and "SLO capacity" in text
+
+
+def test_a_lead_counts_only_beyond_the_spread() -> None:
+    a = {"mean": 0.80, "min": 0.78, "max": 0.82}
+    assert compare(a, {"mean": 0.77, "min": 0.76, "max": 0.78}) == "within spread"
+    assert compare(a, {"mean": 0.70, "min": 0.69, "max": 0.71}) == "wins"
+    assert compare({"mean": 0.70, "min": 0.69, "max": 0.71}, a) == "loses"
+
+
+def test_a_run_is_a_pure_function_of_its_job_in_any_process() -> None:
+    job = Job(SMALL, 1, 60, 2.0, "least-request", (), 3, ())
+    runner = Runner(workers=2, log=lambda line: None)
+    try:
+        (parallel,) = runner.run([job])
+    finally:
+        runner.close()
+    serial = run_job(job)
+    assert {k: v for k, v in parallel.items() if k != "wall_s"} == {
+        k: v for k, v in serial.items() if k != "wall_s"
+    }
+
+
+def test_bad_protocol_options_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown simulator option"):
+        ProtocolConfig(SMALL, sim={"no_such_knob": 1.3})
+    with pytest.raises(ValueError, match="unknown policies"):
+        ProtocolConfig(SMALL, policies=("nope",))
+    with pytest.raises(ValueError, match="too few"):
+        run_protocol(ProtocolConfig(SMALL, slice_requests=5000, workers=1))
