@@ -49,6 +49,7 @@ from backend.sim.routers import (
     LLMD_DEFAULT,
     LLMD_PREDICTED,
     LLMD_PREDICTED_BEST,
+    LLMD_ROUTING,
     MAIN_POLICIES,
     OURS,
     OURS_GREEDY_PD,
@@ -66,6 +67,9 @@ HEADLINE_PEERS: Final = (LLMD_PREDICTED_BEST, LLMD_DEFAULT, "lmetric")
 """The peers Headroom's default policy is checked against in the headline."""
 FIGURES: Final = ("slo_attainment", "ttft_p50_ms", "ttft_p90_ms", "tpot_p90_ms", "slo_tokens_s")
 _SIM_FIXED: Final = frozenset({"slo", "seed", "transfer"})
+PROTOCOL_POLICIES: Final = tuple(p for p in MAIN_POLICIES if p != LLMD_ROUTING)
+"""Every policy but llm-d's routing-only mode (no SLO headers: upstream's published benchmark
+setting, not a configuration a pool with SLOs would run); pass it by name to include it."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class Suite:
     ttft_slo_ms: float
     tpot_slo_ms: float
     slice_requests: int
-    policies: tuple[str, ...] = MAIN_POLICIES
+    policies: tuple[str, ...] = PROTOCOL_POLICIES
     pods: int = 8
     pd: str | None = None
     layout: str = "rack"
