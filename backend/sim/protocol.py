@@ -114,51 +114,47 @@ PD_POLICIES: Final = (
     REFERENCE,
 )
 
+MOONCAKE: Final = Suite(
+    name="mooncake",
+    trace="mooncake-conversation",
+    gpu="a100-llama3-8b",
+    loads=(0.5, 0.75, 1.0, 1.25),
+    tuning_loads=(0.75, 1.0),
+    ttft_slo_ms=2000.0,
+    tpot_slo_ms=100.0,
+    slice_requests=3000,
+    capacity_target=MOONCAKE_CAPACITY_TARGET,
+)
+AZURE: Final = Suite(
+    name="azure",
+    trace="azure-code",
+    gpu="a100-llama3-8b",
+    loads=(1.0, 2.0, 3.0, 4.0, 5.0),
+    tuning_loads=(3.0, 4.0),
+    ttft_slo_ms=1000.0,
+    tpot_slo_ms=100.0,
+    slice_requests=2000,
+)
 SUITES: Final[dict[str, Suite]] = {
-    "mooncake": Suite(
-        name="mooncake",
-        trace="mooncake-conversation",
-        gpu="a100-llama3-8b",
-        loads=(0.5, 0.75, 1.0, 1.25),
-        tuning_loads=(0.75, 1.0),
-        ttft_slo_ms=2000.0,
-        tpot_slo_ms=100.0,
-        slice_requests=3000,
-        capacity_target=MOONCAKE_CAPACITY_TARGET,
-    ),
-    "azure": Suite(
-        name="azure",
-        trace="azure-code",
-        gpu="a100-llama3-8b",
-        loads=(1.0, 2.0, 3.0, 4.0, 5.0),
-        tuning_loads=(3.0, 4.0),
-        ttft_slo_ms=1000.0,
-        tpot_slo_ms=100.0,
-        slice_requests=2000,
-    ),
-    "pd": Suite(
+    "mooncake": MOONCAKE,
+    "azure": AZURE,
+    # Mooncake on 4 prefill + 4 decode pods in 2 regions of 2 racks.
+    "pd": dataclasses.replace(
+        MOONCAKE,
         name="pd",
-        trace="mooncake-conversation",
-        gpu="a100-llama3-8b",
         pd="4:4",
         layout="regions:2,racks:2",
         loads=(0.3, 0.5, 0.7),
         tuning_loads=(0.5,),
-        ttft_slo_ms=2000.0,
-        tpot_slo_ms=100.0,
-        slice_requests=3000,
         policies=PD_POLICIES,
-        capacity_target=MOONCAKE_CAPACITY_TARGET,
     ),
-    "hetero": Suite(
+    # Azure code on 4 x A100 + 4 x H100 serving Llama-2-7B (4k context).
+    "hetero": dataclasses.replace(
+        AZURE,
         name="hetero",
-        trace="azure-code",
         gpu="a100-llama2-7b:4,h100-llama2-7b:4",
         loads=(4.0, 8.0, 12.0, 16.0),
         tuning_loads=(8.0, 12.0),
-        ttft_slo_ms=1000.0,
-        tpot_slo_ms=100.0,
-        slice_requests=2000,
         max_model_len=4096,
     ),
 }
