@@ -349,28 +349,45 @@ def compare(a: Mapping[str, float | None], b: Mapping[str, float | None]) -> str
 def _tune(
     config: ProtocolConfig, runner: Runner, sim: tuple[tuple[str, Any], ...]
 ) -> dict[str, Any]:
+    """Each policy's option combination with the best mean attainment on the tuning slice."""
+    grid = {
+        p: [
+            (o, [_tuning_job(config, p, o, load, sim) for load in config.suite.tuning_loads])
+            for o in (variants(p) if config.tune else [{}])
+        ]
+        for p in config.run_policies
+    }
+    # One batch for every policy, so the workers stay busy across policies.
+    runner.run([j for p in grid if len(grid[p]) > 1 for _, jobs in grid[p] for j in jobs])
     chosen: dict[str, Any] = {}
-    for policy in config.run_policies:
-        options = variants(policy) if config.tune else [{}]
-        if len(options) == 1:
+    for policy, combos in grid.items():
+        if len(combos) == 1:
             chosen[policy] = {"options": {}, "tried": []}
             continue
-        jobs = {
-            i: [
-                Job(config.suite, 0, config.n, load, policy, tuple(o.items()), config.seeds[0], sim)
-                for load in config.suite.tuning_loads
-            ]
-            for i, o in enumerate(options)
-        }
-        flat = [j for js in jobs.values() for j in js]
-        runner.run(flat)
-        tried = []
-        for i, o in enumerate(options):
-            att = [runner.results[j]["slo_attainment"] for j in jobs[i]]
-            tried.append({"options": o, "slo_attainment": round(float(np.mean(att)), 4)})
+        tried = [
+            {
+                "options": o,
+                "slo_attainment": round(
+                    float(np.mean([runner.results[j]["slo_attainment"] for j in jobs])), 4
+                ),
+            }
+            for o, jobs in combos
+        ]
         best = max(range(len(tried)), key=lambda i: (tried[i]["slo_attainment"], -i))
         chosen[policy] = {"options": tried[best]["options"], "tried": tried}
     return chosen
+
+
+def _tuning_job(
+    config: ProtocolConfig,
+    policy: str,
+    options: Mapping[str, Any],
+    load: float,
+    sim: tuple[tuple[str, Any], ...],
+) -> Job:
+    return Job(
+        config.suite, 0, config.n, load, policy, tuple(options.items()), config.seeds[0], sim
+    )
 
 
 def _capacity(
