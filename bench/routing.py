@@ -221,11 +221,17 @@ def protocol(args: argparse.Namespace) -> int:
             workers=args.workers,
             sim=sim,
         )
-        data = run_protocol(config)
+        args.out.mkdir(parents=True, exist_ok=True)
+        partial = args.out / f"{args.protocol}_protocol.partial.json"
+
+        def checkpoint(data: dict[str, Any]) -> None:
+            partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            print(f"evaluation done, wrote {partial}", file=sys.stderr, flush=True)
+
+        data = run_protocol(config, checkpoint=checkpoint)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.protocol}_protocol.json"
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(table(data))

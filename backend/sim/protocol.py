@@ -442,8 +442,14 @@ def _capacity(
     return capacity
 
 
-def run_protocol(config: ProtocolConfig, log: Log = _stderr) -> dict[str, Any]:
-    """Tune, evaluate and measure capacity for one suite; plain JSON types."""
+def run_protocol(
+    config: ProtocolConfig,
+    log: Log = _stderr,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Tune, evaluate and measure capacity for one suite; plain JSON types. ``checkpoint`` gets
+    the figures without the capacity as soon as the evaluation is done (a long run that is
+    stopped during the bisection keeps them)."""
     suite, n = config.suite, config.n
     if suite.trace not in TRACE_NAMES:
         raise ValueError(f"unknown trace {suite.trace!r}")
@@ -455,16 +461,42 @@ def run_protocol(config: ProtocolConfig, log: Log = _stderr) -> dict[str, Any]:
             f"{replicates} evaluation slices of {n}; lower slice_requests or the seed count"
         )
     sim = tuple(sorted(config.sim.items()))
-    started = time.perf_counter()
+    marks = {"started": time.perf_counter()}
     runner = Runner(config.workers, log)
+    tuning: dict[str, Any] = {}
+
+    def eval_job(policy: str, load: float, r: int) -> Job:
+        options = tuple(tuning[policy]["options"].items())
+        return Job(suite, 1 + r, n, load, policy, options, config.seeds[r], sim)
+
+    def assemble(capacity: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        rows = []
+        for load in config.run_loads:
+            for p in config.run_policies:
+                runs = [runner.results[eval_job(p, load, r)] for r in range(replicates)]
+                rows.append(
+                    {
+                        "load": load,
+                        "policy": p,
+                        "options": tuning[p]["options"],
+                        **{f: _stats([x[f] for x in runs]) for f in FIGURES},
+                        "runs": runs,
+                    }
+                )
+        return {
+            "protocol": _describe(config, tuning),
+            "tuning": tuning,
+            "results": rows,
+            "capacity": capacity,
+            "verdicts": verdicts(rows),
+            "headline": headline(rows, capacity),
+            "timing": _timing(config, runner, marks),
+            "machine": machine(),
+        }
+
     try:
-        tuning = _tune(config, runner, sim)
-        tuned_at = time.perf_counter()
-
-        def eval_job(policy: str, load: float, r: int) -> Job:
-            options = tuple(tuning[policy]["options"].items())
-            return Job(suite, 1 + r, n, load, policy, options, config.seeds[r], sim)
-
+        tuning.update(_tune(config, runner, sim))
+        marks["tuned"] = time.perf_counter()
         runner.run(
             [
                 eval_job(p, load, r)
@@ -473,62 +505,55 @@ def run_protocol(config: ProtocolConfig, log: Log = _stderr) -> dict[str, Any]:
                 for r in range(replicates)
             ]
         )
-        evaluated_at = time.perf_counter()
+        marks["evaluated"] = time.perf_counter()
+        if checkpoint is not None:
+            checkpoint(assemble({}))
         capacity = _capacity(config, runner, eval_job)
     finally:
         runner.close()
-    finished = time.perf_counter()
+    marks["finished"] = time.perf_counter()
+    return assemble(capacity)
 
-    rows = []
-    for load in config.run_loads:
-        for p in config.run_policies:
-            runs = [runner.results[eval_job(p, load, r)] for r in range(replicates)]
-            rows.append(
-                {
-                    "load": load,
-                    "policy": p,
-                    "options": tuning[p]["options"],
-                    **{f: _stats([x[f] for x in runs]) for f in FIGURES},
-                    "runs": runs,
-                }
-            )
+
+def _describe(config: ProtocolConfig, tuning: Mapping[str, Any]) -> dict[str, Any]:
+    n = config.n
     return {
-        "protocol": {
-            "suite": asdict(suite),
-            "seeds": list(config.seeds),
-            "slice_requests": n,
-            "tuning_slice": f"requests 0-{n - 1}",
-            "evaluation_slices": [
-                f"requests {(1 + r) * n}-{(2 + r) * n - 1} with seed {s}"
-                for r, s in enumerate(config.seeds)
-            ],
-            "loads": list(config.run_loads),
-            "tuning_loads": list(suite.tuning_loads),
-            "capacity_target": config.target,
-            "capacity_steps": config.capacity_steps,
-            "sim_options": dict(config.sim),
-            "policies": {
-                p: make_policy(p, TransferConfig(), 0, tuning[p]["options"]).reproduces
-                for p in config.run_policies
-            },
+        "suite": asdict(config.suite),
+        "seeds": list(config.seeds),
+        "slice_requests": n,
+        "tuning_slice": f"requests 0-{n - 1}",
+        "evaluation_slices": [
+            f"requests {(1 + r) * n}-{(2 + r) * n - 1} with seed {s}"
+            for r, s in enumerate(config.seeds)
+        ],
+        "loads": list(config.run_loads),
+        "tuning_loads": list(config.suite.tuning_loads),
+        "capacity_target": config.target,
+        "capacity_steps": config.capacity_steps,
+        "sim_options": dict(config.sim),
+        "policies": {
+            p: make_policy(p, TransferConfig(), 0, tuning[p]["options"]).reproduces
+            for p in config.run_policies
         },
-        "tuning": tuning,
-        "results": rows,
-        "capacity": capacity,
-        "verdicts": verdicts(rows),
-        "headline": headline(rows, capacity),
-        "timing": {
-            "wall_s": round(finished - started, 1),
-            "tuning_wall_s": round(tuned_at - started, 1),
-            "evaluation_wall_s": round(evaluated_at - tuned_at, 1),
-            "capacity_wall_s": round(finished - evaluated_at, 1),
-            "simulations": len(runner.results),
-            "simulation_s_total": round(sum(r["wall_s"] for r in runner.results.values()), 1),
-            "requested_runs": runner.requested,
-            "reused_runs": runner.requested - len(runner.results),
-            "workers": config.workers,
-        },
-        "machine": machine(),
+    }
+
+
+def _timing(config: ProtocolConfig, runner: Runner, marks: Mapping[str, float]) -> dict[str, Any]:
+    now = marks.get("finished", time.perf_counter())
+
+    def span(a: str, b: str) -> float | None:
+        return round(marks[b] - marks[a], 1) if a in marks and b in marks else None
+
+    return {
+        "wall_s": round(now - marks["started"], 1),
+        "tuning_wall_s": span("started", "tuned"),
+        "evaluation_wall_s": span("tuned", "evaluated"),
+        "capacity_wall_s": span("evaluated", "finished"),
+        "simulations": len(runner.results),
+        "simulation_s_total": round(sum(r["wall_s"] for r in runner.results.values()), 1),
+        "requested_runs": runner.requested,
+        "reused_runs": runner.requested - len(runner.results),
+        "workers": config.workers,
     }
 
 
@@ -563,8 +588,9 @@ def headline(
     """Headroom's default policy against llm-d's chain at its best, llm-d's default, LMetric."""
     out = []
     by = {(r["load"], r["policy"]): r for r in rows}
+    policies = {r["policy"] for r in rows}
     for peer in HEADLINE_PEERS:
-        if OURS not in capacity or peer not in capacity:
+        if OURS not in policies or peer not in policies:
             continue
         per_load = []
         for load in sorted({r["load"] for r in rows}):
@@ -581,7 +607,9 @@ def headline(
             {
                 "peer": peer,
                 "slo_attainment": per_load,
-                "capacity": compare(capacity[OURS]["load"], capacity[peer]["load"]),
+                "capacity": compare(capacity[OURS]["load"], capacity[peer]["load"])
+                if OURS in capacity and peer in capacity
+                else "n/a",
             }
         )
     return out

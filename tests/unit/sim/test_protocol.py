@@ -33,8 +33,13 @@ def test_options_are_tuned_on_the_tuning_slice_and_figures_come_from_the_others(
         capacity_steps=1,
         workers=1,
     )
-    data = run_protocol(config, log=lines.append)
+    partial: list[dict[str, object]] = []
+    data = run_protocol(config, log=lines.append, checkpoint=partial.append)
     json.dumps(data, allow_nan=False)
+    # The evaluation figures are handed out before the capacity bisection starts.
+    (early,) = partial
+    assert early["results"] == data["results"] and early["capacity"] == {}
+    assert set(data["capacity"]) == set(config.policies or ())
     runs = [LINE.search(line).groups() for line in lines]  # type: ignore[union-attr]
     tuning = [r for r in runs if r[0] == "0"]
     # Only the policies with options were tuned, all on slice 0 at the tuning load.
