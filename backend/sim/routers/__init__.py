@@ -161,7 +161,7 @@ TUNABLE: Final[dict[str, dict[str, tuple[Any, ...]]]] = {
         "affinity_threshold": (0.8, 0.5),
         "max_tokens_in_flight_penalty": (286_720, 65_536, 16_384),
     },
-    "lmetric": {"pending": (True, False)},
+    "lmetric": {"pending": (True, False), "batch": ("inflight", "scraped")},
     "dynamo-kv": {"overlap_weight": (1.0, 0.5, 2.0)},
     "sglang-cache-aware": {"cache_threshold": (0.3, 0.5), "balance_abs_threshold": (64, 16)},
 }

@@ -186,26 +186,35 @@ class LMetric(RoutingPolicy):
     New prefill tokens = this request's prompt tokens the pod's cache lacks (KV events, as the
     paper's deployment reads the engines' caches) plus, with ``pending``, the uncached tokens
     already dispatched there and not yet prefilled (the router's own counter: what the pod must
-    prefill before this request). Batch size = the pod's running requests (scraped gauge). An
-    idle pod scores 0; ties (the paper's degenerate case) go to fewer new prefill tokens, then
-    at random.
+    prefill before this request). The abstract does not say where the batch size is read:
+    ``batch="inflight"`` takes the router's own count of requests dispatched there and not
+    finished (exact, immediate), ``"scraped"`` the pod's running-requests gauge (50 ms stale:
+    a burst of tied arrivals all see the same idle pod, the product is 0 for each, and they
+    herd). An idle pod scores 0; ties go to fewer new prefill tokens, then at random.
     """
 
     name = "lmetric"
 
-    def __init__(self, pending: bool = True) -> None:
+    def __init__(self, pending: bool = True, batch: str = "inflight") -> None:
         super().__init__()
+        if batch not in ("inflight", "scraped"):
+            raise ValueError("batch must be 'inflight' or 'scraped'")
         self.pending = pending
+        self.batch = batch
         self.reproduces = (
             "LMetric (arXiv 2603.15202, 2026): new prefill tokens x batch size, lowest wins; "
             + ("queued prefill tokens counted" if pending else "this request's tokens only")
-            + ", KV-event prefix match, scraped running requests"
+            + ", KV-event prefix match, batch = "
+            + ("the router's in-flight requests" if batch == "inflight" else "scraped running")
         )
 
     def pick(self, req: Request, pods: list[int]) -> int:
         v = self.view
         new = [self.uncached(req, p) + (v.prefill_inflight[p] if self.pending else 0) for p in pods]
-        batch = [v.scraped(p).num_running for p in pods]
+        if self.batch == "inflight":
+            batch = [v.dispatched[p] for p in pods]
+        else:
+            batch = [v.scraped(p).num_running for p in pods]
         return pick_best(pods, lmetric_keys(new, batch), v.rng, lowest=True)
 
 
