@@ -252,11 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tune", action="store_true", help="every policy at its defaults")
     parser.add_argument("--step-cost-scale", type=float, default=None)
     parser.add_argument("--sim", type=_sim_option, action="append", help="KEY=VALUE")
+    parser.add_argument("--render", type=Path, default=None, help="print a protocol JSON's tables")
     parser.add_argument("--suite", default="all", choices=[*SUITES, "options", "speed", "all"])
     parser.add_argument("--quick", action="store_true", help="first 1,500 requests, two loads")
     parser.add_argument("--img", type=Path, default=None, help="write the PNG plots here")
     parser.add_argument("--out", type=Path, default=Path("bench-results/routing"))
     args = parser.parse_args(argv)
+    if args.render is not None:
+        from backend.sim.protocol import refresh, table
+
+        print(table(refresh(json.loads(args.render.read_text(encoding="utf-8")))))
+        return 0
     if args.protocol is not None:
         if args.out == Path("bench-results/routing"):
             args.out = Path("bench-results/protocol")

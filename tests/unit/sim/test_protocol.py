@@ -14,10 +14,12 @@ from backend.sim.protocol import (
     ProtocolConfig,
     Runner,
     compare,
+    headline,
     run_job,
     run_protocol,
     table,
 )
+from backend.sim.routers import variants
 
 SMALL = replace(SUITES["azure"], tuning_loads=(3.0,), slice_requests=60)
 LINE = re.compile(r"slice (\d+) seed (\d+) load ([\d.]+) ([\w-]+)")
@@ -45,7 +47,8 @@ def test_options_are_tuned_on_the_tuning_slice_and_figures_come_from_the_others(
     # Only the policies with options were tuned, all on slice 0 at the tuning load.
     assert {r[3] for r in tuning} == {"lmetric", "dynamo-kv"}
     assert {float(r[2]) for r in tuning} == {3.0}
-    assert len(tuning) == 2 + 3  # every option combination once
+    # Every option combination once.
+    assert len(tuning) == len(variants("lmetric")) + len(variants("dynamo-kv"))
     # Evaluation slice i always runs with seed i: spreads mix traffic and simulator noise.
     assert {(r[0], r[1]) for r in runs if r[0] != "0"} == {("1", "4"), ("2", "5"), ("3", "6")}
     assert data["tuning"]["dynamo-kv"]["options"] in [
@@ -94,3 +97,24 @@ def test_bad_protocol_options_are_refused_by_name() -> None:
         ProtocolConfig(SMALL, policies=("nope",))
     with pytest.raises(ValueError, match="too few"):
         run_protocol(ProtocolConfig(SMALL, slice_requests=5000, workers=1))
+
+
+def test_the_headline_pairs_each_slice_against_the_same_slice() -> None:
+    def row(policy: str, values: list[float]) -> dict[str, object]:
+        runs = [{"slo_attainment": v} for v in values]
+        mean = sum(values) / len(values)
+        return {
+            "load": 1.0,
+            "policy": policy,
+            "runs": runs,
+            "slo_attainment": {"mean": mean, "min": min(values), "max": max(values)},
+        }
+
+    # Slices differ a lot; Headroom is 2 points ahead on each of them.
+    rows = [row("headroom", [0.62, 0.72, 0.82]), row("lmetric", [0.60, 0.70, 0.80])]
+    (h,) = headline(rows, {})
+    (at,) = h["slo_attainment"]
+    assert at["verdict"] == "within spread"
+    assert at["paired_verdict"] == "ahead on every slice"
+    assert at["paired_difference"]["mean"] == pytest.approx(0.02)
+    assert h["capacity"] == "n/a"
