@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/routing.py --protocol mooncake|azure|pd|hetero [--requests N]
         [--seeds 0,1,2] [--loads ...] [--policies ...] [--workers 2] [--capacity-steps 3]
-        [--capacity-target 0.9] [--no-tune] [--step-cost-scale X] [--sim KEY=JSON ...]
+        [--capacity-target 0.9] [--load-basis trace|slice] [--no-tune] [--step-cost-scale X]
+        [--sim KEY=JSON ...] [--render FILE]
         [--out bench-results/protocol]
     .venv/bin/python bench/routing.py [--suite mooncake|azure|pd|hetero|speed|all] [--quick]
                                       [--img docs/img] [--out bench-results/routing]
@@ -220,6 +221,7 @@ def protocol(args: argparse.Namespace) -> int:
             capacity_target=args.capacity_target,
             workers=args.workers,
             sim=sim,
+            load_basis=args.load_basis,
         )
         args.out.mkdir(parents=True, exist_ok=True)
         partial = args.out / f"{args.protocol}_protocol.partial.json"
@@ -249,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="parallel simulation processes")
     parser.add_argument("--capacity-steps", type=int, default=3, help="bisection steps")
     parser.add_argument("--capacity-target", type=float, default=None)
+    parser.add_argument(
+        "--load-basis",
+        choices=["trace", "slice"],
+        default="trace",
+        help="load 1 = the whole trace's mean rate (default) or each slice's own",
+    )
     parser.add_argument("--no-tune", action="store_true", help="every policy at its defaults")
     parser.add_argument("--step-cost-scale", type=float, default=None)
     parser.add_argument("--sim", type=_sim_option, action="append", help="KEY=VALUE")

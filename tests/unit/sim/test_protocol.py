@@ -13,6 +13,7 @@ from backend.sim.protocol import (
     Job,
     ProtocolConfig,
     Runner,
+    arrivals,
     compare,
     headline,
     run_job,
@@ -118,3 +119,13 @@ def test_the_headline_pairs_each_slice_against_the_same_slice() -> None:
     assert at["paired_verdict"] == "ahead on every slice"
     assert at["paired_difference"]["mean"] == pytest.approx(0.02)
     assert h["capacity"] == "n/a"
+
+
+def test_on_the_trace_basis_every_slice_arrives_at_the_same_mean_rate() -> None:
+    rates = []
+    for index in (1, 2, 3):
+        part = arrivals(Job(SMALL, index, 200, 2.0, "least-request", (), 0, ()))
+        rates.append(len(part) / part.duration_s)
+    assert max(rates) == pytest.approx(min(rates), rel=1e-9)
+    own = [arrivals(Job(SMALL, i, 200, 2.0, "least-request", (), 0, (), "slice")) for i in (1, 2)]
+    assert len(own[0]) / own[0].duration_s != pytest.approx(len(own[1]) / own[1].duration_s)
