@@ -19,8 +19,9 @@ A policy is called best at a load only when its lead in mean attainment over the
 exceeds the larger of the two policies' min-max spreads; otherwise the leaders are a tie.
 
 Every run is a pure function of its ``Job`` (slice, load, policy, options, seed, simulator
-options), so identical jobs are run once: the tuning run of a default option is not repeated,
-bisection reuses the evaluation loads, and the slices are cut once per process. Independent
+options), so identical jobs are run once: the capacity brackets reuse the evaluation runs, a
+bisection midpoint that was already run is not run again, and the trace is read and its slices
+cut once per process. Independent
 jobs run in parallel worker processes. ``sim`` passes simulator options (``SimConfig`` fields,
 e.g. a step-cost scale or arrival spreading, where the simulator has them) through unchanged.
 """
@@ -243,11 +244,16 @@ def _pool(suite: Suite) -> tuple[PodSpec, ...]:
     return tuple(build_pool(suite.pods, suite.gpu, suite.pd, suite.layout))
 
 
+@lru_cache(maxsize=8)
+def _full(suite: Suite) -> Trace:
+    tenants = TenantModel(tenants=suite.tenants)
+    return load_trace(suite.trace, tenants if suite.trace.startswith("azure") else None)
+
+
 @lru_cache(maxsize=32)
 def _slice(suite: Suite, index: int, n: int) -> Trace:
     """Requests ``[index * n, (index + 1) * n)`` of the suite's trace, fitted to the pool."""
-    tenants = TenantModel(tenants=suite.tenants)
-    trace = load_trace(suite.trace, tenants if suite.trace.startswith("azure") else None)
+    trace = _full(suite)
     mask = np.zeros(len(trace), dtype=np.bool_)
     mask[index * n : (index + 1) * n] = True
     limit = max_context(list(_pool(suite)))
@@ -256,9 +262,8 @@ def _slice(suite: Suite, index: int, n: int) -> Trace:
     return trace.select(mask).clipped(limit)
 
 
-@lru_cache(maxsize=8)
 def _trace_rate(suite: Suite) -> float:
-    trace = load_trace(suite.trace, TenantModel(tenants=suite.tenants))
+    trace = _full(suite)
     return len(trace) / trace.duration_s
 
 
@@ -274,7 +279,7 @@ def arrivals(job: Job) -> Trace:
 
 
 def trace_length(suite: Suite) -> int:
-    return len(load_trace(suite.trace, TenantModel(tenants=suite.tenants)))
+    return len(_full(suite))
 
 
 def run_job(job: Job) -> dict[str, Any]:
