@@ -1,7 +1,20 @@
 """Routing benchmark: every policy replaying real traces in the simulator. Prints JSON.
 
+    .venv/bin/python bench/routing.py --protocol mooncake|azure|pd|hetero [--requests N]
+        [--seeds 0,1,2] [--loads ...] [--policies ...] [--workers 2] [--capacity-steps 3]
+        [--capacity-target 0.9] [--load-basis trace|slice] [--no-tune] [--step-cost-scale X]
+        [--sim KEY=JSON ...] [--render FILE]
+        [--out bench-results/protocol]
     .venv/bin/python bench/routing.py [--suite mooncake|azure|pd|hetero|speed|all] [--quick]
                                       [--img docs/img] [--out bench-results/routing]
+
+``--protocol`` runs the fair protocol of ``backend/sim/protocol.py`` end to end: every policy's
+options tuned on the tuning slice, figures from disjoint evaluation slices, one per seed, as
+mean and min-max, the SLO capacity by bisection on load; it prints the tables and writes
+``<suite>_protocol.json``. ``--step-cost-scale`` and ``--sim`` pass simulator options through
+(``SimConfig`` fields; an option this simulator lacks is refused by name).
+
+The ``--suite`` runs below are single-seed sweeps over whole traces (plots, the options table).
 
 Suites (each a ``BenchConfig``; ``docs/benchmarks.md`` shows their tables and plots):
 
@@ -77,7 +90,7 @@ SUITES: dict[str, BenchConfig] = {
             "llm-d-predicted",
             OURS_GREEDY_PD,
             OURS,
-            "oracle",
+            "lookahead-ref",
         ),
         ttft_slo_ms=2000.0,
         tpot_slo_ms=100.0,
@@ -175,13 +188,93 @@ def speed() -> dict[str, Any]:
     }
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _sim_option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--sim takes KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def protocol(args: argparse.Namespace) -> int:
+    from backend.sim.protocol import STEP_COST_SCALE, ProtocolConfig, run_protocol, table
+    from backend.sim.protocol import SUITES as PROTOCOL_SUITES
+
+    sim = dict(args.sim or [])
+    if args.step_cost_scale is not None:
+        sim[STEP_COST_SCALE] = args.step_cost_scale
+    try:
+        config = ProtocolConfig(
+            PROTOCOL_SUITES[args.protocol],
+            seeds=tuple(int(x) for x in args.seeds.split(",")),
+            slice_requests=args.requests,
+            loads=_floats(args.loads) if args.loads else None,
+            policies=tuple(args.policies.split(",")) if args.policies else None,
+            tune=not args.no_tune,
+            capacity_steps=args.capacity_steps,
+            capacity_target=args.capacity_target,
+            workers=args.workers,
+            sim=sim,
+            load_basis=args.load_basis,
+        )
+        args.out.mkdir(parents=True, exist_ok=True)
+        partial = args.out / f"{args.protocol}_protocol.partial.json"
+
+        def checkpoint(data: dict[str, Any]) -> None:
+            partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            print(f"evaluation done, wrote {partial}", file=sys.stderr, flush=True)
+
+        data = run_protocol(config, checkpoint=checkpoint)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    path = args.out / f"{args.protocol}_protocol.json"
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    print(table(data))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--protocol", choices=["mooncake", "azure", "pd", "hetero"], default=None)
+    parser.add_argument("--requests", type=int, default=None, help="requests per slice")
+    parser.add_argument("--seeds", default="0,1,2", help="one evaluation slice per seed")
+    parser.add_argument("--loads", default=None, help="comma-separated evaluation loads")
+    parser.add_argument("--policies", default=None, help="comma-separated policy names")
+    parser.add_argument("--workers", type=int, default=2, help="parallel simulation processes")
+    parser.add_argument("--capacity-steps", type=int, default=3, help="bisection steps")
+    parser.add_argument("--capacity-target", type=float, default=None)
+    parser.add_argument(
+        "--load-basis",
+        choices=["trace", "slice"],
+        default="trace",
+        help="load 1 = the whole trace's mean rate (default) or each slice's own",
+    )
+    parser.add_argument("--no-tune", action="store_true", help="every policy at its defaults")
+    parser.add_argument("--step-cost-scale", type=float, default=None)
+    parser.add_argument("--sim", type=_sim_option, action="append", help="KEY=VALUE")
+    parser.add_argument("--render", type=Path, default=None, help="print a protocol JSON's tables")
     parser.add_argument("--suite", default="all", choices=[*SUITES, "options", "speed", "all"])
     parser.add_argument("--quick", action="store_true", help="first 1,500 requests, two loads")
     parser.add_argument("--img", type=Path, default=None, help="write the PNG plots here")
     parser.add_argument("--out", type=Path, default=Path("bench-results/routing"))
     args = parser.parse_args(argv)
+    if args.render is not None:
+        from backend.sim.protocol import refresh, table
+
+        print(table(refresh(json.loads(args.render.read_text(encoding="utf-8")))))
+        return 0
+    if args.protocol is not None:
+        if args.out == Path("bench-results/routing"):
+            args.out = Path("bench-results/protocol")
+        return protocol(args)
     names = [*SUITES, "options", "speed"] if args.suite == "all" else [args.suite]
     report: dict[str, Any] = {"benchmark": "routing"}
     for name in names:

@@ -8,8 +8,6 @@ table and the plots.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,6 +18,7 @@ from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, Simulation, max_context
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
+from backend.sim.protocol import machine
 from backend.sim.report import markdown_table, summarize, write_plots
 from backend.sim.routers import MAIN_POLICIES, POLICIES, make_policy
 from backend.sim.traces.loader import TRACE_NAMES, TenantModel, load_trace
@@ -72,14 +71,6 @@ class BenchConfig:
 
 
 Progress = Callable[[int], None]
-
-
-def _machine() -> dict[str, Any]:
-    return {
-        "cpus": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-    }
 
 
 def run_bench(
@@ -149,7 +140,7 @@ def run_bench(
         "policies": {name: make_policy(name, transfer).reproduces for name in config.policies},
         "results": results,
         "wall_s": round(time.perf_counter() - started, 1),
-        "machine": _machine(),
+        "machine": machine(),
     }
 
 

@@ -2,7 +2,8 @@
 
 SLO attainment counts every request of the trace: a shed request misses its SLO. A request with
 a single output token has no TPOT and meets the TPOT SLO trivially. Goodput is the number of
-requests that met both SLOs per second of (scaled) trace time.
+requests that met both SLOs per second of (scaled) trace time; SLO output tokens per second counts
+the output tokens of those requests only.
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ def summarize(result: SimResult, slo: Slo) -> dict[str, Any]:
         "goodput_rps": round(float(met.sum()) / span, 3) if span > 0 else None,
         "throughput_rps": round(float(completed.sum()) / span, 3) if span > 0 else None,
         "output_tokens_per_s": round(out_tokens / span, 1) if span > 0 else None,
+        # Not attainment in disguise: long answers weigh more, and a policy that meets the SLO
+        # only for short requests scores low here.
+        "slo_output_tokens_per_s": round(int(result.output[met].sum()) / span, 1)
+        if span > 0
+        else None,
         "prefix_hit_rate": round(int(result.hit_tokens[hits].sum()) / prompt_tokens, 4)
         if prompt_tokens
         else None,

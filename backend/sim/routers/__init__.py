@@ -1,19 +1,31 @@
-"""Routing policies: the peers' (each named with the version it reproduces), ours, the oracle."""
+"""Routing policies: the peers' (each named with the version it reproduces), Headroom's, and the
+myopic look-ahead reference (``lookahead-ref``, formerly "oracle": not a ceiling)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from itertools import product
+from typing import Any, Final
 
 from backend.predictor.regressors import TrainParams
 from backend.scheduling.types import SchedulingPolicy, TransferConfig
 from backend.sim.routers.base import Route, RoutingPolicy
-from backend.sim.routers.heuristic import DynamoKv, LoadPrefix, SglangCacheAware
+from backend.sim.routers.heuristic import (
+    DynamoKv,
+    LMetric,
+    LoadPrefix,
+    SglangCacheAware,
+    StickyUntilSaturated,
+)
 from backend.sim.routers.oracle import Oracle
 from backend.sim.routers.predicted import PredictedConfig, PredictedLatency
 from backend.sim.routers.simple import LeastRequest, RoundRobin
 
 LLMD_PREDICTED = "llm-d-predicted"
+LLMD_PREDICTED_BEST = "llm-d-predicted-best"
+LLMD_DEFAULT = "llm-d-default"
+REFERENCE = "lookahead-ref"
 LLMD_ROUTING = "llm-d-predicted-routing"
 OURS = "headroom"
 
@@ -29,6 +41,11 @@ UPSTREAM_ROUTING = (
     "(predicted-latency.values.yaml, llm-d-router ebab6879): no SLO headers, loose affinity "
     "0.80 -> latency scorer (lowest predicted TTFT) -> weighted-random picker, TTFT-only "
     "XGBoost training server, approximate prefix index"
+)
+UPSTREAM_PREDICTED_BEST = (
+    "llm-d predicted-latency chain at its best option: the same chain and XGBoost training "
+    "server with strategy most (largest headroom) and precise prefix scores (KV events, as "
+    "precise-prefix-cache-scorer gives them); other options as the SLO guide ships them"
 )
 OURS_GREEDY_PD = "headroom-greedy-pd"
 OURS_PREDICTED = (
@@ -48,6 +65,12 @@ def upstream_config(transfer: TransferConfig) -> PredictedConfig:
         pd_ttft_label="client",
         learn_transfer=False,
     )
+
+
+def upstream_best_config(transfer: TransferConfig) -> PredictedConfig:
+    """Upstream's chain with the two options its config exposes that help it most here."""
+    shipped = upstream_config(transfer)
+    return replace(shipped, policy=replace(shipped.policy, strategy="most"), prefix="precise")
 
 
 def upstream_routing_config(transfer: TransferConfig) -> PredictedConfig:
@@ -81,52 +104,117 @@ def ours_config(transfer: TransferConfig, pd_selection: str = "joint") -> Predic
     )
 
 
-PolicyFactory = Callable[[TransferConfig, int], RoutingPolicy]
+Options = Mapping[str, Any]
+PolicyFactory = Callable[[TransferConfig, int, Options], RoutingPolicy]
+
+
+def _predicted(
+    name: str, reproduces: str, config: PredictedConfig, seed: int, options: Options
+) -> PredictedLatency:
+    """A predicted-latency policy with ``options`` applied: ``prefix`` (approx | precise) is the
+    prefix-score source, every other key a ``SchedulingPolicy`` field."""
+    policy = {k: v for k, v in options.items() if k != "prefix"}
+    config = replace(
+        config,
+        policy=replace(config.policy, **policy),
+        prefix=options.get("prefix", config.prefix),
+    )
+    if options:
+        reproduces += " | options: " + ", ".join(f"{k}={v}" for k, v in options.items())
+    return PredictedLatency(name, reproduces, config, seed=seed)
+
 
 POLICIES: Final[dict[str, PolicyFactory]] = {
-    "round-robin": lambda t, s: RoundRobin(),
-    "least-request": lambda t, s: LeastRequest(),
-    "llm-d-322": lambda t, s: LoadPrefix(queue=2.0, kv=2.0, prefix=3.0),
-    "llm-d-111": lambda t, s: LoadPrefix(queue=1.0, kv=1.0, prefix=1.0),
-    "dynamo-kv": lambda t, s: DynamoKv(),
-    "sglang-cache-aware": lambda t, s: SglangCacheAware(),
-    LLMD_PREDICTED: lambda t, s: PredictedLatency(
-        LLMD_PREDICTED, UPSTREAM_PREDICTED, upstream_config(t), seed=s
+    "round-robin": lambda t, s, o: RoundRobin(),
+    "least-request": lambda t, s, o: LeastRequest(),
+    "llm-d-322": lambda t, s, o: LoadPrefix(queue=2.0, kv=2.0, prefix=3.0),
+    "llm-d-111": lambda t, s, o: LoadPrefix(queue=1.0, kv=1.0, prefix=1.0),
+    LLMD_DEFAULT: lambda t, s, o: StickyUntilSaturated(**o),
+    "lmetric": lambda t, s, o: LMetric(**o),
+    "dynamo-kv": lambda t, s, o: DynamoKv(**o),
+    "sglang-cache-aware": lambda t, s, o: SglangCacheAware(**o),
+    LLMD_PREDICTED: lambda t, s, o: _predicted(
+        LLMD_PREDICTED, UPSTREAM_PREDICTED, upstream_config(t), s, o
     ),
-    LLMD_ROUTING: lambda t, s: PredictedLatency(
-        LLMD_ROUTING, UPSTREAM_ROUTING, upstream_routing_config(t), seed=s
+    LLMD_PREDICTED_BEST: lambda t, s, o: _predicted(
+        LLMD_PREDICTED_BEST, UPSTREAM_PREDICTED_BEST, upstream_best_config(t), s, o
     ),
-    OURS: lambda t, s: PredictedLatency(OURS, OURS_PREDICTED, ours_config(t), seed=s),
-    OURS_GREEDY_PD: lambda t, s: PredictedLatency(
+    LLMD_ROUTING: lambda t, s, o: _predicted(
+        LLMD_ROUTING, UPSTREAM_ROUTING, upstream_routing_config(t), s, o
+    ),
+    OURS: lambda t, s, o: _predicted(OURS, OURS_PREDICTED, ours_config(t), s, o),
+    OURS_GREEDY_PD: lambda t, s, o: _predicted(
         OURS_GREEDY_PD,
         "ablation: Headroom's policy with upstream's greedy P/D order (D on TPOT, then P on TTFT)",
         ours_config(t, "greedy"),
-        seed=s,
+        s,
+        o,
     ),
-    "oracle": lambda t, s: Oracle(),
+    REFERENCE: lambda t, s, o: Oracle(),
 }
-"""Name -> factory(transfer config of the pool's model, seed)."""
+"""Name -> factory(transfer config of the pool's model, seed, options)."""
+
+TUNABLE: Final[dict[str, dict[str, tuple[Any, ...]]]] = {
+    OURS: {"strategy": ("most", "least"), "ttft_weight": (0.8, 1.0)},
+    LLMD_PREDICTED_BEST: {"strategy": ("most", "least"), "prefix": ("precise", "approx")},
+    LLMD_DEFAULT: {
+        "affinity_threshold": (0.8, 0.5),
+        "max_tokens_in_flight_penalty": (286_720, 65_536, 16_384),
+    },
+    "lmetric": {"pending": (True, False), "batch": ("inflight", "scraped")},
+    "dynamo-kv": {"overlap_weight": (1.0, 0.5, 2.0)},
+    "sglang-cache-aware": {"cache_threshold": (0.3, 0.5), "balance_abs_threshold": (64, 16)},
+}
+"""The options the benchmark protocol searches, per policy, on its tuning slice only (each
+value list starts with the policy's own default). Policies absent here are run as named: as
+shipped (``llm-d-predicted``, the load+prefix weights), or with nothing to tune."""
 MAIN_POLICIES: Final = tuple(name for name in POLICIES if name != OURS_GREEDY_PD)
 """Every policy but the P/D ablation (which only differs from ours under P/D)."""
 
 
-def make_policy(name: str, transfer: TransferConfig, seed: int = 0) -> RoutingPolicy:
+def variants(name: str) -> list[dict[str, Any]]:
+    """Every combination of ``name``'s tunable options; the first is its default ({})."""
+    grid = TUNABLE.get(name, {})
+    out: list[dict[str, Any]] = [{}]
+    for combo in product(*grid.values()):
+        chosen = dict(zip(grid, combo, strict=True))
+        defaults = {k: v[0] for k, v in grid.items()}
+        if chosen != defaults:
+            out.append(chosen)
+    return out
+
+
+def make_policy(
+    name: str, transfer: TransferConfig, seed: int = 0, options: Options | None = None
+) -> RoutingPolicy:
     if name not in POLICIES:
         raise KeyError(f"unknown policy {name!r}; available: {', '.join(POLICIES)}")
-    return POLICIES[name](transfer, seed)
+    opts = dict(options or {})
+    allowed = TUNABLE.get(name, {})
+    unknown = [k for k in opts if k not in allowed]
+    if unknown:
+        raise ValueError(
+            f"policy {name!r} has no option(s) {unknown}; tunable: {', '.join(allowed) or 'none'}"
+        )
+    return POLICIES[name](transfer, seed, opts)
 
 
 __all__ = [
+    "LLMD_DEFAULT",
     "LLMD_PREDICTED",
+    "LLMD_PREDICTED_BEST",
     "LLMD_ROUTING",
     "MAIN_POLICIES",
     "OURS",
     "OURS_GREEDY_PD",
     "POLICIES",
+    "REFERENCE",
+    "TUNABLE",
     "PredictedConfig",
     "Route",
     "RoutingPolicy",
     "make_policy",
     "ours_config",
     "upstream_config",
+    "variants",
 ]

@@ -1,6 +1,9 @@
-"""The peers' hand-weighted prefix-and-load routers: llm-d, Dynamo, SGLang."""
+"""The peers' prefix-and-load routers: llm-d (load+prefix weights and the sticky-until-saturated
+default), LMetric, Dynamo, SGLang."""
 
 from __future__ import annotations
+
+from typing import Any, Final
 
 from backend.sim.kvcache import BLOCK_TOKENS
 from backend.sim.routers.base import Route, RoutingPolicy, pick_best
@@ -9,6 +12,16 @@ from backend.sim.server import Request
 from backend.sim.traces.loader import UNIT_TOKENS
 from backend.sim.view import RouterView
 
+UPSTREAM_PREFIX_CAP_TOKENS: Final = 256 * BLOCK_TOKENS
+"""The GIE prefix plugin's defaults: ``DefaultMaxPrefixBlocks = 256`` blocks of
+``DefaultBlockSizeTokens = 16`` (kubernetes-sigs/gateway-api-inference-extension, ``pkg/epp``
+prefix plugin): only a prompt's first 4,096 tokens are hashed."""
+
+
+def _approx_index(view: RouterView, max_tokens: int | None) -> ApproxPrefixIndex:
+    caps = [s.profile.kv_capacity_tokens // UNIT_TOKENS for s in view.servers]
+    return ApproxPrefixIndex(len(view.servers), caps, max_tokens=max_tokens)
+
 
 class LoadPrefix(RoutingPolicy):
     """llm-d's scorer chain: ``queue-scorer``, ``kv-cache-utilization-scorer`` and
@@ -16,14 +29,23 @@ class LoadPrefix(RoutingPolicy):
 
     queue = (q_max - q) / (q_max - q_min) over the candidates (1 for all when equal), from the
     scraped waiting-queue length; kv = 1 - scraped KV usage; prefix = the approximate index's
-    ratio. Argmax with uniform random tie-break (the picker shuffles, then stable-sorts).
+    ratio of matched 16-token blocks among the first ``max_prefix_tokens`` (upstream's default
+    cap, 4,096). Argmax with uniform random tie-break (the picker shuffles, then stable-sorts).
     """
 
-    def __init__(self, queue: float, kv: float, prefix: float) -> None:
+    def __init__(
+        self,
+        queue: float,
+        kv: float,
+        prefix: float,
+        max_prefix_tokens: int | None = UPSTREAM_PREFIX_CAP_TOKENS,
+    ) -> None:
         super().__init__()
         self.weights = (queue, kv, prefix)
+        self.max_prefix_tokens = max_prefix_tokens
         label = f"{prefix:g}:{queue:g}:{kv:g}"
         self.name = f"llm-d-{int(prefix)}{int(queue)}{int(kv)}"  # the blog's naming
+        cap = "uncapped" if max_prefix_tokens is None else f"first {max_prefix_tokens} tokens"
         self.reproduces = (
             f"llm-d load+prefix, queue {queue:g} / kv-cache {kv:g} / prefix {prefix:g} "
             f"(prefix:queue:kv = {label}); "
@@ -32,14 +54,14 @@ class LoadPrefix(RoutingPolicy):
                 if (queue, kv, prefix) == (2.0, 2.0, 3.0)
                 else "GIE chart before ae8adbce (no weights: 1 each)"
             )
-            + "; approx-prefix-cache-producer with autoTune capacity; max-score picker"
+            + f"; approximate prefix index in 16-token blocks, {cap} (GIE prefix plugin "
+            "defaults), autoTune capacity; max-score picker"
         )
         self._index: ApproxPrefixIndex | None = None
 
     def bind(self, view: RouterView) -> None:
         super().bind(view)
-        caps = [s.profile.kv_capacity_tokens // UNIT_TOKENS for s in view.servers]
-        self._index = ApproxPrefixIndex(len(view.servers), caps)
+        self._index = _approx_index(view, self.max_prefix_tokens)
 
     def pick(self, req: Request, pods: list[int]) -> int:
         v, index = self.view, self._index
@@ -48,7 +70,7 @@ class LoadPrefix(RoutingPolicy):
         gauges = [v.scraped(p) for p in pods]
         queues = [g.num_waiting for g in gauges]
         q_max, q_min = max(queues), min(queues)
-        prefix = index.scores(req.units, pods)
+        prefix = index.scores(req.units, pods, req.prompt)
         scores = []
         for g, q, pre in zip(gauges, queues, prefix, strict=True):
             queue = 1.0 if q_max == q_min else (q_max - q) / (q_max - q_min)
@@ -60,6 +82,148 @@ class LoadPrefix(RoutingPolicy):
         self._index.add(route.pod, req.units)
         if route.prefill is not None:
             self._index.add(route.prefill, req.units)
+
+
+class StickyUntilSaturated(RoutingPolicy):
+    """llm-d's current default: the optimized-baseline guide's "sticky until saturated" chain.
+
+    Read from llm-d/llm-d ``guides/optimized-baseline/router/optimized-baseline.values.yaml``
+    (0a3b0c93) and llm-d/llm-d-router ``pkg/epp/framework/plugins/scheduling/filter/
+    prefixcacheaffinity`` (066c20ea), ``scorer/tokenload`` and
+    ``requestcontrol/dataproducer/inflightload``:
+
+    * ``approx-prefix-cache-producer``, ``maxPrefixTokensToMatch: 40960`` (the model's context);
+    * ``prefix-cache-affinity-filter``, ``affinityThreshold: 0.80``: keep only the pods whose
+      prefix score (matched blocks / blocks) reaches the threshold (all pods if none does),
+      unless the best sticky pod carries more than ``maxTokensInFlightPenalty: 286720`` in-flight
+      tokens above the best non-sticky one (the guide's token form of the filter's TTFT gate:
+      18,000 ms x 15,928 tokens/s of its calibrated H100 pair); then keep all;
+    * ``token-load-scorer`` (``queueThresholdTokens`` 4,194,304) and the injected
+      ``max-score-picker``: fewest tokens = in-flight uncached prompt tokens (the in-flight load
+      producer's counter: added at dispatch, discounted by the index's match, released at the
+      first streamed token) plus this request's uncached tokens there; random among ties.
+
+    Under P/D (the pd-disaggregation guide's composition) the prefill pod is chosen this way and
+    the decode pod by ``active-request-scorer``: fewest requests in flight.
+    """
+
+    def __init__(
+        self,
+        affinity_threshold: float = 0.80,
+        max_tokens_in_flight_penalty: int = 286_720,
+        max_prefix_tokens: int = 40_960,
+        queue_threshold_tokens: int = 4_194_304,
+    ) -> None:
+        super().__init__()
+        self.name = "llm-d-default"
+        self.affinity_threshold = affinity_threshold
+        self.penalty = max_tokens_in_flight_penalty
+        self.max_prefix_tokens = max_prefix_tokens
+        self.queue_threshold = queue_threshold_tokens
+        self.reproduces = (
+            "llm-d optimized-baseline guide (llm-d/llm-d 0a3b0c93, llm-d-router 066c20ea): "
+            f"prefix-cache-affinity-filter (threshold {affinity_threshold:g}, in-flight token "
+            f"penalty {max_tokens_in_flight_penalty}) -> token-load-scorer -> max-score picker; "
+            f"approximate prefix index over the first {max_prefix_tokens} tokens"
+        )
+        self._index: ApproxPrefixIndex | None = None
+        self.broken = 0  # decisions where the load gate opened every pod
+        self.sticky = 0  # decisions narrowed to sticky pods
+
+    def bind(self, view: RouterView) -> None:
+        super().bind(view)
+        self._index = _approx_index(view, self.max_prefix_tokens)
+
+    def route(self, req: Request) -> Route:
+        v = self.view
+        if not v.disaggregated:
+            return super().route(req)
+        p = self.pick(req, v.prefill_pods)
+        d = pick_best(v.decode_pods, [v.dispatched[x] for x in v.decode_pods], v.rng, lowest=True)
+        return Route(d, prefill=p, uncached=self.uncached(req, p))
+
+    def uncached(self, req: Request, pod: int) -> int:
+        # The in-flight counter is charged what the index believes, not what the pod holds.
+        assert self._index is not None
+        return self._index.uncached(req.units, [pod], req.prompt)[0]
+
+    def pick(self, req: Request, pods: list[int]) -> int:
+        v, index = self.view, self._index
+        assert index is not None
+        scores = index.scores(req.units, pods, req.prompt)
+        inflight = [v.prefill_inflight[p] for p in pods]
+        sticky = [i for i, s in enumerate(scores) if s >= self.affinity_threshold]
+        keep = list(range(len(pods)))
+        if sticky and len(sticky) < len(pods):
+            others = [i for i in keep if i not in sticky]
+            gap = min(inflight[i] for i in sticky) - min(inflight[i] for i in others)
+            if self.penalty > 0 and gap > self.penalty:
+                self.broken += 1
+            else:
+                keep = sticky
+                self.sticky += 1
+        elif sticky:
+            self.sticky += 1
+        new = index.uncached(req.units, [pods[i] for i in keep], req.prompt)
+        cap = self.queue_threshold
+        tokens = [min(inflight[i] + n, cap) for i, n in zip(keep, new, strict=True)]
+        return pick_best([pods[i] for i in keep], tokens, v.rng, lowest=True)
+
+    def on_dispatch(self, req: Request, route: Route, now: float) -> None:
+        assert self._index is not None
+        self._index.add(route.prefill if route.prefill is not None else route.pod, req.units)
+
+    def summary(self) -> dict[str, Any]:
+        return {"sticky_decisions": self.sticky, "gate_broken_decisions": self.broken}
+
+
+class LMetric(RoutingPolicy):
+    """LMetric (Zhang et al., "Simple is Better: Multiplication May Be All You Need for LLM
+    Request Scheduling", arXiv 2603.15202, 2026), from the paper's abstract: score = the
+    KV-aware indicator ("new prefill tokens if routed to an instance") x the load indicator
+    ("current batch size of the instance"), lowest wins; no hyper-parameters.
+
+    New prefill tokens = this request's prompt tokens the pod's cache lacks (KV events, as the
+    paper's deployment reads the engines' caches) plus, with ``pending``, the uncached tokens
+    already dispatched there and not yet prefilled (the router's own counter: what the pod must
+    prefill before this request). The abstract does not say where the batch size is read:
+    ``batch="inflight"`` takes the router's own count of requests dispatched there and not
+    finished (exact, immediate), ``"scraped"`` the pod's running-requests gauge (50 ms stale:
+    a burst of tied arrivals all see the same idle pod, the product is 0 for each, and they
+    herd). An idle pod scores 0; ties go to fewer new prefill tokens, then at random.
+    """
+
+    name = "lmetric"
+
+    def __init__(self, pending: bool = True, batch: str = "inflight") -> None:
+        super().__init__()
+        if batch not in ("inflight", "scraped"):
+            raise ValueError("batch must be 'inflight' or 'scraped'")
+        self.pending = pending
+        self.batch = batch
+        self.reproduces = (
+            "LMetric (arXiv 2603.15202, 2026): new prefill tokens x batch size, lowest wins; "
+            + ("queued prefill tokens counted" if pending else "this request's tokens only")
+            + ", KV-event prefix match, batch = "
+            + ("the router's in-flight requests" if batch == "inflight" else "scraped running")
+        )
+
+    def pick(self, req: Request, pods: list[int]) -> int:
+        v = self.view
+        new = [self.uncached(req, p) + (v.prefill_inflight[p] if self.pending else 0) for p in pods]
+        if self.batch == "inflight":
+            batch = [v.dispatched[p] for p in pods]
+        else:
+            batch = [v.scraped(p).num_running for p in pods]
+        return pick_best(pods, lmetric_keys(new, batch), v.rng, lowest=True)
+
+
+def lmetric_keys(new_tokens: list[int], batch: list[int]) -> list[float]:
+    """LMetric's score per pod, lowest best: new prefill tokens x batch size, then (among equal
+    products, e.g. idle pods) fewer new tokens. One float per pod, exact for any realistic
+    sizes, keeps ``pick_best``'s random tie-break."""
+    top = max(new_tokens, default=0) + 1
+    return [float(b * n * top + n) for b, n in zip(batch, new_tokens, strict=True)]
 
 
 class DynamoKv(RoutingPolicy):

@@ -1,4 +1,6 @@
-"""The ceiling: route on true latencies, found by running copies of the pods forward.
+"""A myopic look-ahead reference: route on true latencies, found by running copies of the pods
+forward. Not a ceiling: it prices each request alone against the present, so a policy that
+plans for later arrivals can beat it (Headroom does under P/D).
 
 For each candidate the oracle runs a copy of the pod, with the request added, on the true cost
 model until the request's first token and 16 decode tokens (``Server.lookahead``): exact
@@ -36,8 +38,11 @@ def _load(server: Server) -> int:
 
 
 class Oracle(RoutingPolicy):
-    name = "oracle"
-    reproduces = "none: perfect knowledge of every pod's present state and the true cost model"
+    name = "lookahead-ref"
+    reproduces = (
+        "none: a myopic look-ahead reference with perfect knowledge of every pod's present state "
+        "and the true cost model, blind to later arrivals (not an upper bound)"
+    )
 
     def __init__(self) -> None:
         super().__init__()

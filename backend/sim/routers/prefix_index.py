@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final
 
+from backend.sim.kvcache import BLOCK_TOKENS
 from backend.sim.traces.loader import UNIT_TOKENS
 
 
@@ -21,27 +22,62 @@ class ApproxPrefixIndex:
     blocks from the first and stops at the first block no pod holds; a pod's score is the number
     of walked blocks it holds over the request's block count. Capacity per pod, with ``autoTune``,
     is the engine's KV capacity, here in 512-token blocks (the traces' hash granularity).
+
+    ``max_tokens`` is upstream's cap on what is hashed at all: the GIE prefix plugin's defaults
+    (kubernetes-sigs/gateway-api-inference-extension, ``pkg/epp/.../prefix``:
+    ``DefaultBlockSizeTokens = 16``, ``DefaultMaxPrefixBlocks = 256``) stop at the first 4,096
+    tokens; the optimized-baseline guide sets ``maxPrefixTokensToMatch`` to the model's context.
+    With a cap, scores count 16-token blocks: a pod holding the request's first k hash units
+    matches ``min(k * 32, total)`` of the ``total = ceil(min(prompt, cap) / 16)`` blocks, so two
+    prompts that agree on their first 4,096 tokens look identical, as they do upstream.
     """
 
-    def __init__(self, pods: int, capacity_units: list[int]) -> None:
+    def __init__(
+        self,
+        pods: int,
+        capacity_units: list[int],
+        *,
+        max_tokens: int | None = None,
+        block_tokens: int = BLOCK_TOKENS,
+    ) -> None:
         self._lru: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(pods)]
         self._holders: dict[int, set[int]] = {}
         self._capacity = capacity_units
+        self.max_tokens = max_tokens
+        self._block = block_tokens
+        self._cap_units = None if max_tokens is None else -(-max_tokens // UNIT_TOKENS)
 
-    def scores(self, units: list[int], pods: list[int]) -> list[float]:
+    def _walk(self, units: list[int]) -> dict[int, int]:
+        """Per pod, the leading hash units it holds, up to the first unit no pod holds."""
         counts: dict[int, int] = {}
-        for h in units:
+        for h in units if self._cap_units is None else units[: self._cap_units]:
             holders = self._holders.get(h)
             if not holders:
                 break
             for p in holders:
                 counts[p] = counts.get(p, 0) + 1
-        total = len(units) or 1
-        return [counts.get(p, 0) / total for p in pods]
+        return counts
+
+    def scores(self, units: list[int], pods: list[int], prompt: int | None = None) -> list[float]:
+        counts = self._walk(units)
+        if self.max_tokens is None or prompt is None:
+            total = len(units) or 1
+            return [counts.get(p, 0) / total for p in pods]
+        hashed = min(prompt, self.max_tokens)
+        blocks = -(-hashed // self._block) or 1
+        per_unit = UNIT_TOKENS // self._block
+        return [min(counts.get(p, 0) * per_unit, blocks) / blocks for p in pods]
+
+    def uncached(self, units: list[int], pods: list[int], prompt: int) -> list[int]:
+        """Prompt tokens each pod would compute as the index believes (llm-d's in-flight load
+        producer: unmatched indexed blocks plus the tail past the cap)."""
+        counts = self._walk(units)
+        hashed = prompt if self.max_tokens is None else min(prompt, self.max_tokens)
+        return [prompt - min(counts.get(p, 0) * UNIT_TOKENS, hashed) for p in pods]
 
     def add(self, pod: int, units: list[int]) -> None:
         lru = self._lru[pod]
-        for h in units:
+        for h in units if self._cap_units is None else units[: self._cap_units]:
             if h in lru:
                 lru.move_to_end(h)
                 continue

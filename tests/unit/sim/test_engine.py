@@ -25,7 +25,7 @@ PROFILE = load_profile("a100-llama3-8b")
         ("dynamo-kv", None, "rack"),
         ("sglang-cache-aware", None, "rack"),
         ("headroom", None, "rack"),
-        ("oracle", None, "rack"),
+        ("lookahead-ref", None, "rack"),
         ("llm-d-predicted", "2:2", "regions:2"),
         ("headroom", "2:2", "regions:2"),
         ("least-request", "2:2", "regions:2"),
