@@ -40,7 +40,8 @@ def test_the_embedded_mode_runs_every_job_of_the_table_at_its_setting(tmp_path: 
     background = start_background(Runtime(settings, engine, make_sessionmaker(engine)))
     try:
         jobs = {job.name: job for job in background.jobs}
-        assert list(jobs) == ["model-poll", *(job.name for job in PERIODIC_JOBS)]
+        # Per process, in every mode: the served models and the saturation they give.
+        assert list(jobs) == ["model-poll", "capacity", *(job.name for job in PERIODIC_JOBS)]
         assert jobs["trim-windows"].interval_s == 7
         assert jobs["purge-sign-ins"].run() == (0, 0)  # the service function, on this database
     finally:
