@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.pools.models import Pool
@@ -23,7 +23,8 @@ from backend.predictor.serving import ModelStore
 from backend.predictor.window import WindowSpec
 from backend.registry.failures import FailureCounter
 from backend.registry.models import ModelVersion
-from backend.samples.models import Sample, TargetCode
+from backend.samples import repository
+from backend.samples.models import TargetCode
 from backend.samples.repository import bucket_counts
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -209,12 +210,7 @@ class ServingCollector(Collector):
         )
         with self.sessions() as session:
             names = {pid: name for pid, name in session.execute(select(Pool.id, Pool.name))}
-            counts = session.execute(
-                select(Sample.pool_id, Sample.target, func.count()).group_by(
-                    Sample.pool_id, Sample.target
-                )
-            )
-            for pid, code, n in counts:
+            for pid, code, n in repository.window_sizes(session):
                 window.add_metric([names.get(pid, str(pid)), TargetCode(code).label], n)
         yield window
         failed = CounterMetricFamily(

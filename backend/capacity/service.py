@@ -21,11 +21,12 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.capacity.signals import PoolSignals, apply, newest_id, rows_after
+from backend.capacity.signals import PoolSignals, apply
 from backend.pools.models import Pool
 from backend.predictor.features import POD_TYPE_CODES
 from backend.predictor.serving import ModelsNotReady, ModelStore, predict_both
 from backend.routing.service import PoolPolicy
+from backend.samples import repository
 from backend.samples.models import WINDOW_FEATURES
 from backend.scheduling.saturation import Saturation, saturation
 from backend.scheduling.types import Candidate, FloatArray
@@ -130,10 +131,10 @@ class CapacityMonitor:
         total = 0
         with self._sessions() as session:
             if self._after is None:
-                self._after = newest_id(session, s.start_back_rows)
+                self._after = repository.id_before_newest(session, s.start_back_rows)
             # Bounded per tick; a backlog is worked off over the following ticks.
             for _ in range(s.max_batches_per_tick):
-                rows = rows_after(session, self._after, s.batch_rows)
+                rows = repository.rows_after(session, self._after, s.batch_rows)
                 if not rows:
                     break
                 self._after = max(self._after, apply(self._signals, rows, s.profile_size))

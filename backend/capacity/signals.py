@@ -9,52 +9,18 @@ extra. A pod not heard from for ``stale_after_s`` (by its samples' time) is left
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from backend.predictor.features import POD_TYPE_CODES
-from backend.samples.models import Sample, TargetCode
+from backend.samples.models import TargetCode
 from backend.scheduling.saturation import Representative
 from backend.scheduling.types import Candidate, Role
 
 # The roles the scheduling chain places requests on; an encode-only pod serves no LLM request.
 _ROLES: dict[int, Role] = {POD_TYPE_CODES[r]: r for r in ("", "prefill", "decode")}
-
-# The columns a tick reads: the gauges, the request's shape, and where and when it was seen.
-_COLUMNS = (
-    Sample.id,
-    Sample.pool_id,
-    Sample.target,
-    Sample.pod,
-    Sample.observed_at,
-    Sample.kv_cache_percentage,
-    Sample.num_request_waiting,
-    Sample.num_request_running,
-    Sample.prefill_tokens_in_flight,
-    Sample.decode_tokens_in_flight,
-    Sample.pod_type,
-    Sample.pod_class,
-    Sample.input_token_length,
-    Sample.prefix_cache_score,
-    Sample.num_tokens_generated,
-)
-
-
-def rows_after(session: Session, after_id: int, limit: int) -> Sequence[Any]:
-    """Samples with an id above ``after_id``, oldest first (primary-key range scan)."""
-    query = select(*_COLUMNS).where(Sample.id > after_id).order_by(Sample.id).limit(limit)
-    return session.execute(query).all()
-
-
-def newest_id(session: Session, back: int) -> int:
-    """Where a fresh process starts reading: ``back`` rows before the newest."""
-    top = session.scalar(select(Sample.id).order_by(Sample.id.desc()).limit(1))
-    return max(0, int(top or 0) - back)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""Policy and objective shapes. Defaults equal upstream llm-d's."""
+"""Policy and objective shapes. Defaults equal upstream llm-d's: they are read from the scheduling
+library's own policy (`SchedulingPolicy`, `TransferConfig`), the one place they are defined."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from backend.pools.schemas import FREE_TEXT, POOL_NAME_PATTERN
+from backend.scheduling.types import SchedulingPolicy, TransferConfig
+
+_LIBRARY = SchedulingPolicy()
+_TRANSFER = TransferConfig()
 
 # Physical upper bounds: a value beyond them is a typo, and some (a KV size above 2^63 bytes)
 # overflowed the int64 arithmetic of every P/D decision of the pool.
@@ -34,69 +39,102 @@ class PolicySpec(BaseModel):
         description="TPOT SLO for requests without `x-llm-d-slo-tpot-ms`; none: no SLO.",
     )
     mode: Literal["routing", "slo"] = Field(
-        "slo", description="routing: pick the lowest predicted latency; slo: the SLO-aware chain."
+        _LIBRARY.mode,
+        description="routing: pick the lowest predicted latency; slo: the SLO-aware chain.",
     )
     strategy: Literal["least", "most"] = Field(
-        "least", description="least: best fit (smallest headroom that meets the SLO); most: spread."
+        _LIBRARY.strategy,
+        description="least: best fit (smallest headroom that meets the SLO); most: spread.",
     )
     ttft_weight: float = Field(
-        0.8, ge=0, le=1, description="Weight of TTFT headroom; TPOT gets the rest (0.8 = 80/20)."
+        _LIBRARY.ttft_weight,
+        ge=0,
+        le=1,
+        description="Weight of TTFT headroom; TPOT gets the rest (0.8 = 80/20).",
     )
     epsilon_explore_neg: float = Field(
-        0.01, ge=0, le=1, description="Chance to route into the tier that misses the SLO."
+        _LIBRARY.epsilon_explore_neg,
+        ge=0,
+        le=1,
+        description="Chance to route into the tier that misses the SLO.",
     )
     strict_affinity_threshold: float = Field(
-        0.99, ge=0, le=1, description="Prefix score the strict affinity filter requires."
+        _LIBRARY.strict_affinity_threshold,
+        ge=0,
+        le=1,
+        description="Prefix score the strict affinity filter requires.",
     )
     loose_affinity_threshold: float = Field(
-        0.8, ge=0, le=1, description="Prefix score the loose affinity filter requires."
+        _LIBRARY.loose_affinity_threshold,
+        ge=0,
+        le=1,
+        description="Prefix score the loose affinity filter requires.",
     )
     affinity_exploration_probability: float = Field(
-        0.01, ge=0, le=1, description="Chance to skip the affinity gate and consider every pod."
+        _LIBRARY.affinity_exploration_probability,
+        ge=0,
+        le=1,
+        description="Chance to skip the affinity gate and consider every pod.",
     )
     max_ttft_penalty_ms: float = Field(
-        5000.0,
+        _LIBRARY.max_ttft_penalty_ms,
         ge=0,
         le=MAX_SLO_MS,
         description="Drop affinity when the best sticky pod is this much slower.",
     )
-    slo_buffer_factor: float = Field(1.0, gt=0, le=10, description="Multiplier on the TPOT SLO.")
+    slo_buffer_factor: float = Field(
+        _LIBRARY.slo_buffer_factor, gt=0, le=10, description="Multiplier on the TPOT SLO."
+    )
     picker: Literal["weighted_random", "best_fit"] = Field(
-        "weighted_random",
+        _LIBRARY.picker,
         description="weighted_random: upstream's lottery; best_fit: deterministic.",
     )
     streaming_mode: bool = Field(
-        True, description="TPOT counts only for streamed requests (upstream's streamingMode)."
+        _LIBRARY.streaming_mode,
+        description="TPOT counts only for streamed requests (upstream's streamingMode).",
     )
-    fallback_kv_weight: float = Field(1.0, ge=0, le=1, description="Heuristic fallback: free KV.")
-    fallback_queue_weight: float = Field(1.0, ge=0, le=1, description="Heuristic: short queue.")
-    fallback_prefix_weight: float = Field(1.0, ge=0, le=1, description="Heuristic: prefix hits.")
+    fallback_kv_weight: float = Field(
+        _LIBRARY.fallback_kv_weight, ge=0, le=1, description="Heuristic fallback: free KV."
+    )
+    fallback_queue_weight: float = Field(
+        _LIBRARY.fallback_queue_weight, ge=0, le=1, description="Heuristic: short queue."
+    )
+    fallback_prefix_weight: float = Field(
+        _LIBRARY.fallback_prefix_weight, ge=0, le=1, description="Heuristic: prefix hits."
+    )
     pd_selection: Literal["greedy", "joint"] = Field(
-        "greedy", description="P/D: greedy (upstream, D then P) or joint (pair incl. KV transfer)."
+        _LIBRARY.pd_selection,
+        description="P/D: greedy (upstream, D then P) or joint (pair incl. KV transfer).",
     )
     expected_output_tokens: int = Field(
-        256, ge=1, le=1_000_000, description="Joint P/D: decode cost = tokens x predicted TPOT."
+        _LIBRARY.expected_output_tokens,
+        ge=1,
+        le=1_000_000,
+        description="Joint P/D: decode cost = tokens x predicted TPOT.",
     )
     kv_bytes_per_token: int = Field(
-        131072,
+        _TRANSFER.kv_bytes_per_token,
         ge=1,
         le=MAX_KV_BYTES_PER_TOKEN,
         description="KV-cache bytes per token of the model (Llama-3-8B: 131072).",
     )
     transfer_same_host_gbps: float = Field(
-        50.0, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same host."
+        _TRANSFER.same_host_gbps, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same host."
     )
     transfer_same_rack_gbps: float = Field(
-        25.0, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same rack."
+        _TRANSFER.same_rack_gbps, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same rack."
     )
     transfer_same_zone_gbps: float = Field(
-        6.0, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same zone."
+        _TRANSFER.same_zone_gbps, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same zone."
     )
     transfer_same_region_gbps: float = Field(
-        2.0, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same region."
+        _TRANSFER.same_region_gbps, gt=0, le=MAX_LINK_GBPS, description="KV transfer, same region."
     )
     transfer_cross_region_gbps: float = Field(
-        0.5, gt=0, le=MAX_LINK_GBPS, description="KV transfer, cross region."
+        _TRANSFER.cross_region_gbps,
+        gt=0,
+        le=MAX_LINK_GBPS,
+        description="KV transfer, cross region.",
     )
 
 

@@ -113,6 +113,59 @@ def bucket_counts(session: Session, pool_id: int) -> dict[tuple[int, int, bool],
     return {(t, b, bool(s)): n for t, b, s, n in result}
 
 
+def window_sizes(session: Session) -> list[tuple[int, int, int]]:
+    """(pool_id, target, rows stored) for every window."""
+    result = session.execute(
+        select(Sample.pool_id, Sample.target, func.count()).group_by(Sample.pool_id, Sample.target)
+    )
+    return [(p, t, n) for p, t, n in result]
+
+
+def role_counts(session: Session, pool_id: int) -> list[tuple[str | None, int]]:
+    """(raw pod_type value, rows stored), most first."""
+    result = session.execute(
+        select(Sample.pod_role, func.count())
+        .where(Sample.pool_id == pool_id)
+        .group_by(Sample.pod_role)
+        .order_by(func.count().desc(), Sample.pod_role)
+    )
+    return [(role, n) for role, n in result]
+
+
+# What the capacity monitor reads of each new sample: the gauges, the request's shape, and
+# where and when it was seen.
+_SIGNAL_COLUMNS = (
+    Sample.id,
+    Sample.pool_id,
+    Sample.target,
+    Sample.pod,
+    Sample.observed_at,
+    Sample.kv_cache_percentage,
+    Sample.num_request_waiting,
+    Sample.num_request_running,
+    Sample.prefill_tokens_in_flight,
+    Sample.decode_tokens_in_flight,
+    Sample.pod_type,
+    Sample.pod_class,
+    Sample.input_token_length,
+    Sample.prefix_cache_score,
+    Sample.num_tokens_generated,
+)
+
+
+def rows_after(session: Session, after_id: int, limit: int) -> list[Any]:
+    """Samples of every pool with an id above ``after_id``, oldest first (a primary-key range
+    scan): the capacity monitor's incremental read."""
+    query = select(*_SIGNAL_COLUMNS).where(Sample.id > after_id).order_by(Sample.id).limit(limit)
+    return list(session.execute(query).all())
+
+
+def id_before_newest(session: Session, back: int) -> int:
+    """The id ``back`` rows before the newest sample of any pool (0 for an emptier table)."""
+    top = session.scalar(select(func.max(Sample.id)))
+    return max(0, int(top or 0) - back)
+
+
 def newest_rows(session: Session, limit: int) -> npt.NDArray[np.float64]:
     """The newest `limit` samples of all pools, newest first, as (id, pool_id, target,
     latency_ms, predicted_ms) with NaN where no prediction came back."""

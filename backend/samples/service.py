@@ -207,14 +207,9 @@ def window_stats(session: Session, pool: str, pool_id: int, spec: WindowSpec) ->
 
 def role_counts(session: Session, pool_id: int) -> list[RoleCount]:
     """Rows stored per raw pod_type value, most first (an unknown role shows up here)."""
-    result = session.execute(
-        select(Sample.pod_role, func.count())
-        .where(Sample.pool_id == pool_id)
-        .group_by(Sample.pod_role)
-        .order_by(func.count().desc(), Sample.pod_role)
-    )
     return [
-        RoleCount(pod_type=role or "", samples=n, known=is_known_role(role)) for role, n in result
+        RoleCount(pod_type=role or "", samples=n, known=is_known_role(role))
+        for role, n in repository.role_counts(session, pool_id)
     ]
 
 
