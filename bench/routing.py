@@ -203,12 +203,12 @@ def _sim_option(text: str) -> tuple[str, Any]:
 
 
 def protocol(args: argparse.Namespace) -> int:
-    from backend.sim.protocol import STEP_COST_SCALE, ProtocolConfig, run_protocol, table
+    from backend.sim.protocol import STEP_COST_SCALES, ProtocolConfig, run_protocol, table
     from backend.sim.protocol import SUITES as PROTOCOL_SUITES
 
     sim = dict(args.sim or [])
     if args.step_cost_scale is not None:
-        sim[STEP_COST_SCALE] = args.step_cost_scale
+        sim.update(dict.fromkeys(STEP_COST_SCALES, args.step_cost_scale))
     try:
         config = ProtocolConfig(
             PROTOCOL_SUITES[args.protocol],

@@ -63,8 +63,9 @@ from backend.sim.traces.loader import TRACE_NAMES, TenantModel, Trace, load_trac
 from backend.sim.view import Slo
 
 LoadBasis = Literal["trace", "slice"]
-STEP_COST_SCALE: Final = "step_cost_scale"
-"""The simulator option the step-cost sensitivity runs set (``--step-cost-scale``)."""
+STEP_COST_SCALES: Final = ("decode_scale", "prefill_scale")
+"""The simulator options a step-cost sensitivity run sets together (``--step-cost-scale``);
+``--sim decode_scale=X`` or ``prefill_scale=X`` scales one share alone."""
 HEADLINE_PEERS: Final = (LLMD_PREDICTED_BEST, LLMD_DEFAULT, "lmetric")
 """The peers Headroom's default policy is checked against in the headline."""
 FIGURES: Final = ("slo_attainment", "ttft_p50_ms", "ttft_p90_ms", "tpot_p90_ms", "slo_tokens_s")
