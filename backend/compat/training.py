@@ -128,7 +128,7 @@ def _flush(
         # Headroom keeps no running score history to clear: held-out metrics belong to the
         # stored model versions, which a flush leaves alone (as it leaves the active models).
         metrics_cleared=body.flush_metrics,
-        message=f"Flushed {total} samples from pool {pool}.",
+        message=f"Successfully flushed {total} samples from pool {pool}.",
     )
 
 
