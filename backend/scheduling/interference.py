@@ -1,0 +1,123 @@
+"""interference-scorer: price what a placement does to the requests already on the pod.
+
+The latency-scorer looks only at the new request's own predicted headroom. A long prefill also
+slows every decode running on the pod (its chunks share steps with their tokens) and delays the
+requests that queue behind it. This scorer asks the same learned models what the pod looks like
+*after* the placement: one more predictor call on counterfactual candidates, each pod's gauges
+with the new request added (one more request running, or waiting when the pod already queues;
+its uncached prompt tokens in prefill flight; one more dispatched). Per pod it counts the SLO
+misses the placement causes:
+
+* **own**: the new request misses its own SLO (not valid by the headroom rule);
+* **tpot** (running requests): a running request whose TPOT SLO the present predicted TPOT
+  meets and the counterfactual one breaks. Its SLOs are the candidate's
+  ``running_tpot_slos_ms``; without any, the pod's running requests are assumed to carry the
+  new request's TPOT SLO (a pool usually serves one SLO class);
+* **queue** (requests queued behind it): the next arrival's TTFT, predicted on the
+  counterfactual pod, crosses the TTFT SLO that the present pod still meets, weighted by the
+  requests already waiting there plus that next one.
+
+The pods with the fewest misses stay; the latency-scorer then scores them as usual, so ties go
+to the existing headroom rule. Without predictions, or without the counterfactual call, the
+scorer is the latency-scorer unchanged. Headroom-only: no upstream EPP plugin does this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final, Literal
+
+import numpy as np
+
+from backend.scheduling.scorer import Bucket, LatencyScorer
+from backend.scheduling.state import Features, Headroom, ProfileState
+from backend.scheduling.types import (
+    Candidate,
+    FloatArray,
+    SchedulingPolicy,
+    SchedulingRequest,
+)
+
+Term = Literal["tpot", "queue"]
+TERMS: Final[dict[str, tuple[Term, ...]]] = {
+    "interference": ("tpot", "queue"),
+    "interference_tpot": ("tpot",),
+    "interference_queue": ("queue",),
+}
+"""Scorer name -> the interference terms it counts (the last two are the ablations)."""
+NAME: Final = "interference-scorer"
+
+
+def counterfactual(c: Candidate, request: SchedulingRequest) -> Candidate:
+    """``c`` as it would look with the request placed on it (its uncached tokens in flight)."""
+    uncached = round(request.prompt_tokens * (1.0 - min(max(c.prefix_cache_score, 0.0), 1.0)))
+    queues = c.num_request_waiting > 0  # FCFS: behind a queue it waits; else it joins the batch
+    dispatched = c.num_request_running if c.dispatched_requests is None else c.dispatched_requests
+    return replace(
+        c,
+        num_request_waiting=c.num_request_waiting + (1 if queues else 0),
+        num_request_running=c.num_request_running + (0 if queues else 1),
+        prefill_tokens_in_flight=c.prefill_tokens_in_flight + uncached,
+        dispatched_requests=dispatched + 1,
+    )
+
+
+def _running_slos(c: Candidate, request: SchedulingRequest) -> tuple[float, ...]:
+    known = tuple(s for s in c.running_tpot_slos_ms if s > 0)
+    if known or not request.tpot_slo_ms:
+        return known
+    return (request.tpot_slo_ms,) * c.num_request_running
+
+
+def interference_misses(
+    scorer: str,
+    request: SchedulingRequest,
+    candidates: Sequence[Candidate],
+    features: Features,
+    headroom: Headroom,
+    after_ttft: FloatArray,
+    after_tpot: FloatArray,
+    policy: SchedulingPolicy,
+) -> FloatArray:
+    """Expected SLO misses per pod if the request goes there (NaN: no prediction for the pod).
+
+    ``after_*`` are the predictions on the counterfactual candidates (:func:`counterfactual`).
+    """
+    terms = TERMS[scorer]
+    misses = np.where(headroom.valid, 0.0, 1.0)  # own
+    # Like the headroom rule, TPOT counts only for streamed requests and off prefill-role pods.
+    tpot_counts = policy.streaming_mode and request.stream
+    if "tpot" in terms and tpot_counts:
+        for i, c in enumerate(candidates):
+            if features.is_prefill[i]:
+                continue
+            before, with_it = headroom.tpot[i], after_tpot[i]
+            slos = np.asarray(_running_slos(c, request)) * policy.slo_buffer_factor
+            misses[i] += float(np.count_nonzero((before < slos) & (slos <= with_it)))
+    if "queue" in terms and request.ttft_slo_ms:
+        slo = request.ttft_slo_ms
+        tipped = (headroom.ttft < slo) & (after_ttft >= slo)
+        misses += np.where(tipped, features.waiting + 1.0, 0.0)
+    has = headroom.has_pred & np.isfinite(after_ttft) & np.isfinite(after_tpot)
+    result: FloatArray = np.where(has, misses, np.nan)
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceScorer:
+    """Keeps the alive pods with the fewest expected misses, then the latency-scorer decides."""
+
+    policy: SchedulingPolicy
+    name: str = NAME
+
+    def __call__(self, state: ProfileState) -> Bucket:
+        misses = state.interference
+        idx = state.alive_idx()
+        if misses is not None:
+            predicted = idx[np.isfinite(misses[idx])]
+            if len(predicted):
+                fewest = float(misses[predicted].min())
+                state.remove(idx[~(misses[idx] == fewest)], self.name)
+                state.step(self.name, f"fewest expected SLO misses ({fewest:g})")
+        return LatencyScorer(self.policy)(state)
