@@ -174,6 +174,11 @@ POLICIES: Final[dict[str, PolicyFactory]] = {
 
 TUNABLE: Final[dict[str, dict[str, tuple[Any, ...]]]] = {
     OURS: {"strategy": ("most", "least"), "ttft_weight": (0.8, 1.0)},
+    # The interference scorer and its ablations get Headroom's grid: the tie-break is its rule.
+    **{
+        name: {"strategy": ("most", "least"), "ttft_weight": (0.8, 1.0)}
+        for name in INTERFERENCE_ABLATIONS
+    },
     LLMD_PREDICTED_BEST: {"strategy": ("most", "least"), "prefix": ("precise", "approx")},
     LLMD_DEFAULT: {
         "affinity_threshold": (0.8, 0.5),
