@@ -193,8 +193,7 @@ def test_interference_scorer_is_a_policy_option_and_headroom_only(trained: TestC
     assert bad.status_code == 422
     assert trained.put(f"/v1/policies/{pid}", json={"scorer": "interference"}).status_code == 200
     pods = [
-        pod(f"p{i}", num_request_running=3 * i, prefill_tokens_in_flight=1000 * i)
-        for i in range(4)
+        pod(f"p{i}", num_request_running=3 * i, prefill_tokens_in_flight=1000 * i) for i in range(4)
     ]
     out = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60)
     decision = out["decision"]

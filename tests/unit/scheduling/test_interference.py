@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-from backend.scheduling import Candidate, SchedulingPolicy, SchedulingRequest, schedule
+from backend.scheduling import Candidate, Predictor, SchedulingPolicy, SchedulingRequest, schedule
 from backend.scheduling.interference import counterfactual, miss_probability
 
 from .helpers import pod
@@ -20,7 +20,7 @@ def load_aware(
     tpot: Mapping[str, float],
     tpot_per_prefill_token: Mapping[str, float],
     ttft_per_prefill_token: Mapping[str, float] | None = None,
-):  # type: ignore[no-untyped-def]
+) -> Predictor:
     """A predictor that, like the learned models, answers from the pod's gauges: prefill tokens
     in flight slow the pod's decode steps and its next prefill, at a per-pod rate."""
 
