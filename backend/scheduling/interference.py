@@ -5,21 +5,22 @@ slows every decode running on the pod (its chunks share steps with their tokens)
 requests that queue behind it. This scorer asks the same learned models what the pod looks like
 *after* the placement: one more predictor call on counterfactual candidates, each pod's gauges
 with the new request added (one more request running, or waiting when the pod already queues;
-its uncached prompt tokens in prefill flight; one more dispatched). Per pod it counts the SLO
-misses the placement causes:
+its uncached prompt tokens in prefill flight; one more dispatched). Per pod it sums the expected
+SLO misses, each a probability (``miss_probability``: log-normal error around the prediction):
 
-* **own**: the new request misses its own SLO (not valid by the headroom rule);
-* **tpot** (running requests): a running request whose TPOT SLO the present predicted TPOT
-  meets and the counterfactual one breaks. Its SLOs are the candidate's
+* **own**: the new request misses its TTFT or TPOT SLO on that pod;
+* **tpot** (running requests): the rise, from the present to the counterfactual predicted TPOT,
+  of each running request's chance to miss its TPOT SLO. Its SLOs are the candidate's
   ``running_tpot_slos_ms``; without any, the pod's running requests are assumed to carry the
   new request's TPOT SLO (a pool usually serves one SLO class);
-* **queue** (requests queued behind it): the next arrival's TTFT, predicted on the
-  counterfactual pod, crosses the TTFT SLO that the present pod still meets, weighted by the
-  requests already waiting there plus that next one.
+* **queue** (requests queued behind it): the rise of the next arrival's chance to miss the TTFT
+  SLO, predicted on the counterfactual pod, times the requests already waiting there plus that
+  next one.
 
-The pods with the fewest misses stay; the latency-scorer then scores them as usual, so ties go
-to the existing headroom rule. Without predictions, or without the counterfactual call, the
-scorer is the latency-scorer unchanged. Headroom-only: no upstream EPP plugin does this.
+The pods within ``BAND`` of the fewest expected misses stay; the latency-scorer then scores them
+as usual, so near-ties go to the existing headroom rule. Without predictions, or without the
+counterfactual call, the scorer is the latency-scorer unchanged. Headroom-only: no upstream EPP
+plugin does this.
 """
 
 from __future__ import annotations
