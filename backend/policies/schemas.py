@@ -89,6 +89,12 @@ class PolicySpec(BaseModel):
         _LIBRARY.picker,
         description="weighted_random: upstream's lottery; best_fit: deterministic.",
     )
+    scorer: Literal["headroom", "interference", "interference_tpot", "interference_queue"] = Field(
+        "headroom",
+        description="headroom: upstream's latency-scorer; interference: also count the SLO "
+        "misses a placement causes to running and queued requests (Headroom-only, needs "
+        "/v1/schedule; interference_tpot / interference_queue: one term each).",
+    )
     streaming_mode: bool = Field(
         _LIBRARY.streaming_mode,
         description="TPOT counts only for streamed requests (upstream's streamingMode).",

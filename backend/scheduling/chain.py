@@ -20,6 +20,7 @@ import numpy as np
 
 from backend.scheduling.admitter import Admission, admit
 from backend.scheduling.headroom import compute_headroom
+from backend.scheduling.interference import counterfactual, interference_misses
 from backend.scheduling.pd import schedule_pd
 from backend.scheduling.profiles import Predictions, build_profile, build_traces, new_state, predict
 from backend.scheduling.state import Features, ProfileState
@@ -77,6 +78,21 @@ def schedule(
     admission = _admission(request, policy, features, state)
     if not admission.admitted:
         return _decision(admission, None, state, candidates, policy, preds)
+    if policy.scorer != "headroom" and headroom is not None:
+        # One more predictor call, on the pods as they would be with the request placed; if it
+        # fails the interference scorer is the latency-scorer unchanged.
+        after = predict(predictor, [counterfactual(c, request) for c in candidates], request)
+        if after.ttft is not None and after.tpot is not None:
+            state.interference = interference_misses(
+                policy.scorer,
+                request,
+                candidates,
+                features,
+                headroom,
+                after.ttft,
+                after.tpot,
+                policy,
+            )
     chosen = build_profile(policy).run(state)
     return _decision(admission, chosen, state, candidates, policy, preds)
 

@@ -5,8 +5,9 @@ predicted-latency guides' overrides, with the policy's values written out explic
 code defaults have drifted from the chart's (``maxTTFTPenaltyMs`` 18000, ``explorationProbability``
 0, ``ttftSource`` prefillThroughput), so nothing may be left to them.
 
-The Go loader decodes strictly (unknown keys are errors), so options with no upstream plugin, the
-best-fit picker and joint P/D selection, stay out of it; :func:`headroom_only` returns them.
+The Go loader decodes strictly (unknown keys are errors), so options with no upstream plugin (the
+best-fit picker, joint P/D selection, the interference scorer) stay out of it;
+:func:`headroom_only` returns them.
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ def headroom_only(policy: SchedulingPolicy) -> dict[str, Any]:
         "picker_upstream_equivalent": policy.picker == "weighted_random",
         "pd_selection": policy.pd_selection,
         "pd_selection_upstream_equivalent": policy.pd_selection == "greedy",
+        # Not exportable: an EPP running the config above scores by headroom alone.
+        "scorer": policy.scorer,
+        "scorer_upstream_equivalent": policy.scorer == "headroom",
         "expected_output_tokens": policy.expected_output_tokens,
         "kv_transfer": {name: getattr(t, name) for name in t.__slots__},
     }

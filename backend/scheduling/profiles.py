@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backend.scheduling.filters import Filter, PrefixAffinityFilter, SloHeadroomTierFilter
+from backend.scheduling.interference import InterferenceScorer
 from backend.scheduling.pickers import BestFitPicker, Picker, WeightedRandomPicker
 from backend.scheduling.scorer import LatencyScorer
 from backend.scheduling.state import Features, Headroom, ProfileState
@@ -37,7 +38,7 @@ class Profile:
 
     name: str
     filters: tuple[Filter, ...]
-    scorer: LatencyScorer
+    scorer: LatencyScorer | InterferenceScorer
     picker: Picker
 
     def run(self, state: ProfileState) -> int:
@@ -74,7 +75,8 @@ def chain_filters(policy: SchedulingPolicy) -> tuple[Filter, ...]:
 
 def build_profile(policy: SchedulingPolicy) -> Profile:
     """The mode's single-profile chain: routing-only or SLO-aware."""
-    return Profile("default", chain_filters(policy), LatencyScorer(policy), make_picker(policy))
+    scorer = LatencyScorer(policy) if policy.scorer == "headroom" else InterferenceScorer(policy)
+    return Profile("default", chain_filters(policy), scorer, make_picker(policy))
 
 
 @dataclass(frozen=True, slots=True)

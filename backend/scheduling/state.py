@@ -98,6 +98,7 @@ class ProfileState:
     scores: FloatArray = field(init=False)
     fallback: bool = False
     steps: list[StepTrace] = field(default_factory=list)
+    interference: FloatArray | None = None  # expected SLO misses per pod (interference scorer)
 
     def __post_init__(self) -> None:
         self.scores = np.full(len(self.features.names), np.nan)

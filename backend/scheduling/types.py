@@ -25,6 +25,13 @@ DISTANCES: Final[tuple[Distance, ...]] = (
     "cross_region",
 )
 Tier = Literal["positive", "negative"]
+Scorer = Literal["headroom", "interference", "interference_tpot", "interference_queue"]
+SCORERS: Final[tuple[Scorer, ...]] = (
+    "headroom",
+    "interference",
+    "interference_tpot",
+    "interference_queue",
+)
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -131,6 +138,10 @@ class SchedulingPolicy:
     fallback_prefix_weight: float = 1.0
     pd_selection: Literal["greedy", "joint"] = "greedy"  # greedy = upstream: D, then P apart
     expected_output_tokens: int = 256  # joint P/D: decode cost = tokens * predicted TPOT
+    # headroom: upstream's latency-scorer; interference: also count the SLO misses a placement
+    # causes to running (TPOT) and queued (TTFT) requests; the _tpot/_queue variants are its
+    # ablations. Headroom-only: an EPP running the exported config scores by headroom.
+    scorer: Scorer = "headroom"
     transfer: TransferConfig = field(default_factory=TransferConfig)
 
     def __post_init__(self) -> None:
@@ -162,6 +173,8 @@ class SchedulingPolicy:
             raise ValueError(f"unknown picker {self.picker!r}")
         if self.pd_selection not in ("greedy", "joint"):
             raise ValueError(f"unknown pd_selection {self.pd_selection!r}")
+        if self.scorer not in SCORERS:
+            raise ValueError(f"unknown scorer {self.scorer!r}")
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__slots__ if name != "transfer"}

@@ -21,7 +21,10 @@ Kind = Literal["number", "optional_number", "integer", "choice", "flag", "weight
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SLOs", ("mode", "default_ttft_slo_ms", "default_tpot_slo_ms", "slo_buffer_factor")),
-    ("Scoring", ("strategy", "ttft_weight", "picker", "epsilon_explore_neg", "streaming_mode")),
+    (
+        "Scoring",
+        ("strategy", "ttft_weight", "picker", "scorer", "epsilon_explore_neg", "streaming_mode"),
+    ),
     (
         "Prefix affinity",
         (

@@ -185,3 +185,22 @@ def test_epp_config_reflects_policy_edits(client: TestClient) -> None:
     assert scorer["ttftWeight"] == 0.6
     assert plugins["slo-headroom-tier-filter"]["parameters"]["epsilonExploreNeg"] == 0.05
     assert plugins["strict-affinity-filter"]["parameters"]["affinityThreshold"] == 0.99
+
+
+def test_interference_scorer_is_a_policy_option_and_headroom_only(trained: TestClient) -> None:
+    pid = policy_id(trained)
+    bad = trained.put(f"/v1/policies/{pid}", json={"scorer": "magic"})
+    assert bad.status_code == 422
+    assert trained.put(f"/v1/policies/{pid}", json={"scorer": "interference"}).status_code == 200
+    pods = [
+        pod(f"p{i}", num_request_running=3 * i, prefill_tokens_in_flight=1000 * i) for i in range(4)
+    ]
+    out = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60)
+    decision = out["decision"]
+    assert not decision["fallback"]
+    assert any(s["plugin"] == "interference-scorer" for s in decision["steps"])
+    chosen = next(c for c in decision["candidates"] if c["name"] == decision["chosen"])
+    assert chosen["removed_by"] is None
+    export = trained.get(f"/v1/policies/{pid}/epp-config").text
+    assert "#   scorer: interference" in export
+    assert "#   scorer_upstream_equivalent: False" in export

@@ -9,7 +9,7 @@ from itertools import product
 from typing import Any, Final
 
 from backend.predictor.regressors import TrainParams
-from backend.scheduling.types import SchedulingPolicy, TransferConfig
+from backend.scheduling.types import SchedulingPolicy, Scorer, TransferConfig
 from backend.sim.routers.base import Route, RoutingPolicy
 from backend.sim.routers.heuristic import (
     DynamoKv,
@@ -48,6 +48,13 @@ UPSTREAM_PREDICTED_BEST = (
     "precise-prefix-cache-scorer gives them); other options as the SLO guide ships them"
 )
 OURS_GREEDY_PD = "headroom-greedy-pd"
+OURS_INTERFERENCE = "headroom-interference"
+INTERFERENCE_ABLATIONS: Final[dict[str, Scorer]] = {
+    OURS_INTERFERENCE: "interference",
+    "headroom-interference-tpot": "interference_tpot",
+    "headroom-interference-queue": "interference_queue",
+}
+"""Headroom's policy with the interference scorer (both terms), and each term alone."""
 OURS_PREDICTED = (
     "Headroom: the same library with the best-fit picker on strategy most (largest headroom: "
     "spread), joint P/D pair selection priced with a learned KV-transfer model, the hybrid "
@@ -124,6 +131,16 @@ def _predicted(
     return PredictedLatency(name, reproduces, config, seed=seed)
 
 
+def _interference(name: str, scorer: Scorer) -> PolicyFactory:
+    def make(t: TransferConfig, s: int, o: Options) -> RoutingPolicy:
+        config = ours_config(t)
+        config = replace(config, policy=replace(config.policy, scorer=scorer))
+        reproduces = f"Headroom's policy with the {scorer} scorer (Headroom-only: /v1/schedule)"
+        return _predicted(name, reproduces, config, s, o)
+
+    return make
+
+
 POLICIES: Final[dict[str, PolicyFactory]] = {
     "round-robin": lambda t, s, o: RoundRobin(),
     "least-request": lambda t, s, o: LeastRequest(),
@@ -150,12 +167,18 @@ POLICIES: Final[dict[str, PolicyFactory]] = {
         s,
         o,
     ),
+    **{name: _interference(name, scorer) for name, scorer in INTERFERENCE_ABLATIONS.items()},
     REFERENCE: lambda t, s, o: Oracle(),
 }
 """Name -> factory(transfer config of the pool's model, seed, options)."""
 
 TUNABLE: Final[dict[str, dict[str, tuple[Any, ...]]]] = {
     OURS: {"strategy": ("most", "least"), "ttft_weight": (0.8, 1.0)},
+    # The interference scorer and its ablations get Headroom's grid: the tie-break is its rule.
+    **{
+        name: {"strategy": ("most", "least"), "ttft_weight": (0.8, 1.0)}
+        for name in INTERFERENCE_ABLATIONS
+    },
     LLMD_PREDICTED_BEST: {"strategy": ("most", "least"), "prefix": ("precise", "approx")},
     LLMD_DEFAULT: {
         "affinity_threshold": (0.8, 0.5),
@@ -168,8 +191,11 @@ TUNABLE: Final[dict[str, dict[str, tuple[Any, ...]]]] = {
 """The options the benchmark protocol searches, per policy, on its tuning slice only (each
 value list starts with the policy's own default). Policies absent here are run as named: as
 shipped (``llm-d-predicted``, the load+prefix weights), or with nothing to tune."""
-MAIN_POLICIES: Final = tuple(name for name in POLICIES if name != OURS_GREEDY_PD)
-"""Every policy but the P/D ablation (which only differs from ours under P/D)."""
+MAIN_POLICIES: Final = tuple(
+    name for name in POLICIES if name != OURS_GREEDY_PD and name not in INTERFERENCE_ABLATIONS
+)
+"""Every policy but the ablations: greedy P/D (which only differs from ours under P/D) and the
+interference scorer's (run by name: ``--policies``)."""
 
 
 def variants(name: str) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ features; the measured TTFT and TPOT come back as training samples.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,6 +51,22 @@ class PredictedConfig:
     class. The wire features carry no GPU class, so one model averages A100 and H100 pods."""
 
 
+def candidate_row(c: Candidate) -> Row:
+    """``router_row`` from a candidate's own wire fields (equal for the candidates ``route``
+    builds; used for candidates the library derives, such as counterfactual pods)."""
+    return (
+        c.kv_cache_percentage,
+        float(c.input_token_length),
+        float(c.num_request_waiting),
+        float(c.num_request_running),
+        c.prefix_cache_score,
+        float(c.prefill_tokens_in_flight),
+        float(c.decode_tokens_in_flight),
+        float(c.num_tokens_generated),
+        float(POD_TYPE_CODES[c.role]),
+    )
+
+
 def router_row(v: RouterView, req: Request, pod: int, prefix: float) -> Row:
     """What the router knows of ``pod`` for ``req`` right now, in ``online.FIELDS`` order."""
     g = v.scraped(pod)
@@ -83,6 +100,7 @@ class PredictedLatency(RoutingPolicy):
         self._pods: list[int] = []
         self._cols: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         self._pred: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+        self._candidates: list[Candidate] = []
         self.decisions = 0
         self.fallbacks = 0
         self.shed = 0
@@ -110,23 +128,32 @@ class PredictedLatency(RoutingPolicy):
         return [servers[p].prefix_hit_units(req.units) / total for p in self._pods]
 
     def _predict(
-        self, candidates: object, request: object
+        self, candidates: Sequence[Candidate], request: object
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         # The library calls back with the candidates it was given, in order: the columns were
-        # built for exactly those when the candidates were.
-        if len(self.predictors) == 1:
-            self._pred = next(iter(self.predictors.values())).predict(self._cols)
+        # built for exactly those when the candidates were. Any other list (the interference
+        # scorer's counterfactual pods) is predicted from its own wire fields and not remembered
+        # as the route's prediction.
+        if candidates is self._candidates:
+            self._pred = self._predict_cols(self._cols)
             return self._pred
+        rows = [candidate_row(c) for c in candidates]
+        return self._predict_cols(columns(np.asarray(rows, dtype=np.float64)))
+
+    def _predict_cols(
+        self, cols: dict[str, np.ndarray[Any, np.dtype[np.float64]]]
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        if len(self.predictors) == 1:
+            return next(iter(self.predictors.values())).predict(cols)
         classes = [self._class_of[p] for p in self._pods]
         ttft = np.empty(len(classes))
         tpot = np.empty(len(classes))
         for key, predictor in self.predictors.items():
             mask = np.asarray([c == key for c in classes])
             if mask.any():
-                sub = {name: col[mask] for name, col in self._cols.items()}
+                sub = {name: col[mask] for name, col in cols.items()}
                 ttft[mask], tpot[mask] = predictor.predict(sub)
-        self._pred = (ttft, tpot)
-        return self._pred
+        return ttft, tpot
 
     def _ready(self) -> bool:
         return all(p.ready() for p in self.predictors.values())
@@ -136,7 +163,7 @@ class PredictedLatency(RoutingPolicy):
         pods = self._pods
         prefix = self._prefix_scores(req)
         rows: list[Row] = []
-        candidates = []
+        candidates: list[Candidate] = []
         for p, pre in zip(pods, prefix, strict=True):
             g = v.scraped(p)
             server = v.servers[p]
@@ -158,6 +185,7 @@ class PredictedLatency(RoutingPolicy):
                 )
             )
         self._cols = columns(np.asarray(rows, dtype=np.float64))
+        self._candidates = candidates
         self._pred = None
         request = SchedulingRequest(
             prompt_tokens=req.prompt,

@@ -123,3 +123,13 @@ def test_headroom_only_options_are_reported_separately() -> None:
     assert extra["expected_output_tokens"] == 256
     assert extra["kv_transfer"]["kv_bytes_per_token"] == 131072
     assert headroom_only(SchedulingPolicy())["picker_upstream_equivalent"] is True
+
+
+def test_interference_scorer_is_headroom_only() -> None:
+    policy = SchedulingPolicy(scorer="interference")
+    # The exported chain is the same as with the upstream scorer: an EPP cannot run it.
+    assert epp_config(policy) == epp_config(SchedulingPolicy())
+    assert "interference" not in epp_config_yaml(policy)
+    extra = headroom_only(policy)
+    assert extra["scorer"] == "interference" and extra["scorer_upstream_equivalent"] is False
+    assert headroom_only(SchedulingPolicy())["scorer_upstream_equivalent"] is True

@@ -213,3 +213,64 @@ def test_joint_pd_is_never_predicted_slower_than_greedy_without_slos(
         assert d.pd.e2e_ms is not None and d.pd.greedy_e2e_ms is not None
         assert d.pd.e2e_ms <= d.pd.greedy_e2e_ms + 1e-9
         assert d.pd.saved_ms is not None and d.pd.saved_ms >= -1e-9
+
+
+def load_aware_predictor_for(states: Sequence[dict[str, Any]]) -> Any:
+    """Like ``predictor_for`` but answering from the gauges (so counterfactual pods differ):
+    prefill tokens in flight add TTFT and TPOT."""
+    base = {f"pod-{i}": (s["ttft"], s["tpot"]) for i, s in enumerate(states)}
+
+    def predict(candidates: Sequence[Candidate], request: SchedulingRequest) -> Any:
+        ttft = [base[c.name][0] + 0.1 * c.prefill_tokens_in_flight for c in candidates]
+        tpot = [base[c.name][1] + 0.01 * c.prefill_tokens_in_flight for c in candidates]
+        return np.asarray(ttft), np.asarray(tpot)
+
+    return predict
+
+
+INTERFERENCE = st.sampled_from(["interference", "interference_tpot", "interference_queue"])
+
+
+@PROFILE
+@given(
+    pools,
+    st.none() | ttft_slos,
+    st.none() | tpot_slos,
+    INTERFERENCE,
+    st.sampled_from(["weighted_random", "best_fit"]),
+    st.integers(0, 2**16),
+)
+def test_interference_same_seed_same_decision_and_never_a_filtered_pod(
+    states: list[dict[str, Any]],
+    ttft_slo: float | None,
+    tpot_slo: float | None,
+    scorer: Any,
+    picker: Any,
+    seed: int,
+) -> None:
+    """The interference scorer: reproducible with a seed, and the chosen pod survived every
+    filter (its own included) and is scored."""
+    request = SchedulingRequest(1000, ttft_slo, tpot_slo, seed=seed)
+    policy = SchedulingPolicy(scorer=scorer, picker=picker)
+    candidates = build(states)
+    first = schedule(request, candidates, policy, load_aware_predictor_for(states))
+    again = schedule(request, candidates, policy, load_aware_predictor_for(states))
+    assert first.to_dict() == again.to_dict()
+    chosen = next(c for c in first.candidates if c.name == first.chosen)
+    assert chosen.removed_by is None and chosen.score is not None
+
+
+@PROFILE
+@given(pools, ttft_slos, tpot_slos, INTERFERENCE, st.integers(0, 2**16))
+def test_interference_without_removals_decides_as_the_headroom_scorer(
+    states: list[dict[str, Any]], ttft_slo: float, tpot_slo: float, scorer: Any, seed: int
+) -> None:
+    """When every pod costs as many expected misses, the tie-break is the headroom rule: the
+    same pod as the headroom scorer with the same seed (it draws nothing of its own)."""
+    request = SchedulingRequest(1000, ttft_slo, tpot_slo, seed=seed)
+    predictor = load_aware_predictor_for(states)
+    candidates = build(states)
+    ours = schedule(request, candidates, SchedulingPolicy(scorer=scorer), predictor)
+    upstream = schedule(request, candidates, SchedulingPolicy(), predictor)
+    if not any(c.removed_by == "interference-scorer" for c in ours.candidates):
+        assert ours.chosen == upstream.chosen

@@ -174,3 +174,27 @@ def test_mixed_pool_trains_one_model_per_gpu_class() -> None:
     assert set(predictor["classes"]) == {"a100-llama2-7b", "h100-llama2-7b"}
     assert all(c["fits"] > 0 for c in predictor["classes"].values())
     assert np.isfinite(checked.result.predicted_ttft_ms).any()
+
+
+def test_interference_router_runs_with_counterfactual_predictions() -> None:
+    """The interference scorer's second predictor call (counterfactual pods) goes through the
+    per-class predictors too, and the route keeps the prediction for the real candidates."""
+    checked = run_checked(
+        "headroom-interference",
+        n=200,
+        load=4.0,
+        gpu="a100-llama2-7b:2,h100-llama2-7b:2",
+        trace="azure-code",
+    )
+    r = checked.result
+    assert r.policy["scheduling_policy"]["scorer"] == "interference"
+    assert r.policy["fallback_decisions"] < r.policy["decisions"]
+    assert np.isfinite(r.predicted_ttft_ms).any()
+    again = run_checked(
+        "headroom-interference",
+        n=200,
+        load=4.0,
+        gpu="a100-llama2-7b:2,h100-llama2-7b:2",
+        trace="azure-code",
+    ).result
+    np.testing.assert_array_equal(r.pod, again.pod)

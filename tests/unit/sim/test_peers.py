@@ -7,7 +7,7 @@ from itertools import product
 
 import pytest
 
-from backend.scheduling.types import TransferConfig
+from backend.scheduling.types import Candidate, TransferConfig
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.routers import POLICIES, TUNABLE, make_policy, variants
@@ -17,6 +17,7 @@ from backend.sim.routers.heuristic import (
     StickyUntilSaturated,
     lmetric_keys,
 )
+from backend.sim.routers.predicted import candidate_row
 from backend.sim.routers.prefix_index import ApproxPrefixIndex
 from backend.sim.server import Request, Server
 from backend.sim.view import RouterView
@@ -118,3 +119,20 @@ def test_sticky_until_saturated_under_pd_prefills_and_decodes_on_their_roles() -
     roles = [s.role for s in build_pool(4, "a100-llama3-8b", "2:2")]
     assert {roles[i] for i in r.prefill_pod.tolist()} == {"prefill"}
     assert {roles[i] for i in r.pod.tolist()} == {"decode"}
+
+
+def test_candidate_row_equals_the_router_row_of_the_same_pod() -> None:
+    """The counterfactual pods are predicted from their wire fields; for a real candidate those
+    give exactly the row the router built."""
+    c = Candidate(
+        name="p",
+        kv_cache_percentage=0.25,
+        input_token_length=900,
+        num_request_waiting=2,
+        num_request_running=5,
+        prefix_cache_score=0.5,
+        prefill_tokens_in_flight=1200,
+        decode_tokens_in_flight=300,
+        role="decode",
+    )
+    assert candidate_row(c) == (0.25, 900.0, 2.0, 5.0, 0.5, 1200.0, 300.0, 1.0, 2.0)
