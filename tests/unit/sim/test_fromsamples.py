@@ -145,7 +145,7 @@ def test_the_loop_a_replay_from_simulated_samples_reproduces_the_run() -> None:
 
 
 def test_desired_replicas_is_minimal_on_a_toy_workload() -> None:
-    _, rows = _recorded("azure-code", 6.0, 60.0, 2)
+    _, rows = _recorded("azure-code", 3.0, 60.0, 2)
     w = build_workload(rows)
     pod = PodModel("a100-llama3-8b")
     d = desired_replicas(w, pod, "least-request", DEFAULT_SLO, 0.9, max_replicas=8)
