@@ -48,8 +48,10 @@ def original(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--suites", default="mooncake-conversation:1.0,mooncake-conversation:2.0,"
-                    "azure-code:1.0,azure-code:2.0")
+    ap.add_argument(
+        "--suites",
+        default="mooncake-conversation:1.0,mooncake-conversation:2.0,azure-code:1.0,azure-code:2.0",
+    )
     ap.add_argument("--duration", type=float, default=300.0, help="simulated seconds per run")
     ap.add_argument("--pods", type=int, default=4)
     ap.add_argument("--gpu", default="a100-llama3-8b")

@@ -184,7 +184,7 @@ def _prefix_blocks(reqs: Sequence[SampleRow]) -> tuple[np.ndarray, np.ndarray, i
     grouped = 0
     for i, r in enumerate(reqs):
         n = -(-max(1, r.input_tokens) // UNIT_TOKENS)
-        shared = min(n, int(round(min(max(r.prefix_score, 0.0), 1.0) * n)))
+        shared = min(n, round(min(max(r.prefix_score, 0.0), 1.0) * n))
         donor: list[int] = []
         if r.prefix_group is not None and r.prefix_group in last_of_group:
             donor = blocks[last_of_group[r.prefix_group]]
@@ -299,7 +299,8 @@ def calibrate(
                 run = simulate(
                     workload.trace, pods, PodModel(profile, math.exp(log_scale)), policy, slo, seed
                 )
-            except RuntimeError:  # the profile's KV cache cannot hold the workload's requests
+            except (RuntimeError, MemoryError):
+                # The profile's KV cache cannot hold the workload's longest requests.
                 tried.append({"profile": profile, "scale": math.exp(log_scale), "error": math.inf})
                 return math.inf, math.inf, math.inf
             e_ttft = distribution_error(run.ttft_ms, workload.observed_ttft_ms)

@@ -20,7 +20,16 @@ from backend.policies.schemas import ObjectiveCreate, ObjectiveUpdate, PolicySpe
 Kind = Literal["number", "optional_number", "integer", "choice", "flag", "weight"]
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("SLOs", ("mode", "default_ttft_slo_ms", "default_tpot_slo_ms", "slo_buffer_factor")),
+    (
+        "SLOs",
+        (
+            "mode",
+            "default_ttft_slo_ms",
+            "default_tpot_slo_ms",
+            "slo_buffer_factor",
+            "target_slo_attainment",
+        ),
+    ),
     ("Scoring", ("strategy", "ttft_weight", "picker", "epsilon_explore_neg", "streaming_mode")),
     (
         "Prefix affinity",

@@ -115,9 +115,9 @@ def test_bisection_finds_the_smallest_count_meeting_the_target() -> None:
     assert smallest_meeting(lambda n: 1.0, 0.9, 1, 8).replicas == 1
 
 
-def _recorded(trace: str, load: float, seconds: float, pods: int, seed: int = 0) -> tuple[
-    float, list[SampleRow]
-]:
+def _recorded(
+    trace: str, load: float, seconds: float, pods: int, seed: int = 0
+) -> tuple[float, list[SampleRow]]:
     gpu = "a100-llama3-8b"
     fabric = TransferConfig(kv_bytes_per_token=load_profile(gpu).kv_bytes_per_token)
     recorder = Recorder(make_policy("llm-d-322", fabric, seed))
