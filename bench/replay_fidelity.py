@@ -31,6 +31,8 @@ from backend.sim.report import summarize
 from backend.sim.routers import make_policy
 from backend.sim.traces.loader import load_trace
 
+REPLAY_SEED_OFFSET = 1000
+
 
 def original(
     trace_name: str, load: float, duration_s: float, pods: int, gpu: str, policy: str, seed: int
@@ -77,10 +79,13 @@ def main() -> None:
             truth, observations = original(
                 name, float(load), args.duration, args.pods, args.gpu, args.policy, seed
             )
-            workload = build_workload(rows_from_observations(observations), seed=seed)
-            cal = calibrate(workload, args.policy, DEFAULT_SLO, steps=args.steps, seed=seed)
+            # The replay draws its own randomness (step noise, the policy's): the original run's
+            # seed would replay its exact noise.
+            other = seed + REPLAY_SEED_OFFSET
+            workload = build_workload(rows_from_observations(observations), seed=other)
+            cal = calibrate(workload, args.policy, DEFAULT_SLO, steps=args.steps, seed=other)
             replayed = simulate(
-                workload.trace, len(workload.pods), cal.pod, args.policy, DEFAULT_SLO, seed
+                workload.trace, len(workload.pods), cal.pod, args.policy, DEFAULT_SLO, other
             ).slo_attainment
             runs.append(
                 {

@@ -37,7 +37,10 @@ class DesiredReplicasRead(BaseModel):
         description="Fewest pods at which the pool's recent traffic, replayed in the simulator "
         "on the calibrated pod, keeps SLO attainment at the policy's target."
     )
-    met: bool = Field(description="False: even the most pods tried miss the target.")
+    met: bool = Field(
+        description="False: even the most pods tried miss the target; `replicas` is then where "
+        "more pods stop helping (within 1 point of the most pods' attainment)."
+    )
     attainment: float = Field(description="Simulated SLO attainment at `replicas` pods.")
     target: float = Field(description="The policy's target_slo_attainment.")
     current_pods: int = Field(description="Pods seen in the replayed samples.")

@@ -349,10 +349,17 @@ def _golden(
 # --- desired replicas -----------------------------------------------------------------------
 
 
+PLATEAU_TOLERANCE: Final = 0.01
+"""When no pod count reaches the target, how close to the most pods' attainment is enough."""
+
+
 @dataclass(frozen=True)
 class Desired:
     replicas: int
-    met: bool  # False: even ``hi`` pods miss the target (``replicas`` is then ``hi``)
+    met: bool
+    """False: even ``hi`` pods miss the target; ``replicas`` is then the fewest pods within
+    ``PLATEAU_TOLERANCE`` of what ``hi`` pods attain (requests whose prompt alone outlasts the
+    TTFT SLO miss on any number of pods: more pods than the plateau buy nothing)."""
     attainment: float  # at ``replicas`` pods
     evaluated: dict[int, float]  # pod count -> simulated attainment
 
@@ -360,7 +367,8 @@ class Desired:
 def smallest_meeting(
     attainment: Callable[[int], float], target: float, lo: int, hi: int
 ) -> Desired:
-    """The smallest pod count in [lo, hi] whose attainment reaches ``target``, by bisection.
+    """The smallest pod count in [lo, hi] whose attainment reaches ``target``, by bisection
+    (or, if none does, the start of the plateau: see ``Desired.met``).
 
     Attainment is taken to rise with the pod count (more pods, less queueing); the search
     evaluates about log2(hi - lo) counts."""
@@ -373,8 +381,9 @@ def smallest_meeting(
             seen[n] = attainment(n)
         return seen[n]
 
-    if at(hi) < target:
-        return Desired(hi, False, seen[hi], seen)
+    met = at(hi) >= target
+    if not met:
+        target = at(hi) - PLATEAU_TOLERANCE
     a, b = lo, hi  # invariant: at(b) meets the target; every count below a misses it
     while a < b:
         mid = (a + b) // 2
@@ -382,7 +391,7 @@ def smallest_meeting(
             b = mid
         else:
             a = mid + 1
-    return Desired(b, True, at(b), seen)
+    return Desired(b, met, at(b), seen)
 
 
 def desired_replicas(

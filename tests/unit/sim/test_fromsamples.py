@@ -109,9 +109,9 @@ def test_bisection_finds_the_smallest_count_meeting_the_target() -> None:
     d = smallest_meeting(attainment, 0.7, 1, 32)
     assert (d.replicas, d.met, d.attainment) == (7, True, 0.7)
     assert len(calls) <= 7  # about log2(32) + 1, never a scan
-    # The target unreachable: the maximum, flagged.
-    miss = smallest_meeting(lambda n: 0.5, 0.9, 1, 8)
-    assert (miss.replicas, miss.met) == (8, False)
+    # The target unreachable: where more pods stop helping (the plateau), flagged.
+    miss = smallest_meeting(lambda n: min(0.6, n / 10), 0.9, 1, 64)
+    assert (miss.replicas, miss.met) == (6, False)
     assert smallest_meeting(lambda n: 1.0, 0.9, 1, 8).replicas == 1
 
 
