@@ -55,9 +55,9 @@ def main() -> None:
         default="mooncake-conversation:1.0,mooncake-conversation:2.0,azure-code:1.0,azure-code:2.0",
     )
     ap.add_argument("--duration", type=float, default=300.0, help="simulated seconds per run")
-    ap.add_argument("--pods", type=int, default=4)
+    ap.add_argument("--pods", type=int, default=8)
     ap.add_argument("--gpu", default="a100-llama3-8b")
-    ap.add_argument("--policy", default="llm-d-322")
+    ap.add_argument("--policy", default="least-request")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--steps", type=int, default=4, help="golden-section steps per profile")
     args = ap.parse_args()
