@@ -18,14 +18,9 @@ import time
 from _common import machine
 
 from backend.capacity.desired import estimate
-from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
-from backend.sim.engine import SimConfig, Simulation
-from backend.sim.fromsamples import rows_from_observations
-from backend.sim.gpu import load_profile
-from backend.sim.pool import build_pool
-from backend.sim.replay import DEFAULT_SLO, Recorder
-from backend.sim.routers import make_policy
+from backend.sim.fromsamples import record, rows_from_observations
+from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces.loader import load_trace
 
 
@@ -40,15 +35,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     settings = CapacitySettings(desired_lookback_s=args.lookback)
-    fabric = TransferConfig(kv_bytes_per_token=load_profile(args.gpu).kv_bytes_per_token)
-    recorder = Recorder(make_policy(settings.desired_router, fabric, 0))
-    Simulation(
-        load_trace(args.trace).scaled(args.load).window(0.0, args.lookback),
-        build_pool(args.pods, args.gpu),
-        recorder,
-        SimConfig(DEFAULT_SLO, transfer=fabric),
-    ).run()
-    rows = rows_from_observations(recorder.take())
+    trace = load_trace(args.trace).scaled(args.load).window(0.0, args.lookback)
+    _, observations = record(trace, args.pods, args.gpu, settings.desired_router, DEFAULT_SLO)
+    rows = rows_from_observations(observations)
     runs = []
     for _ in range(args.repeat):
         cpu0, wall0 = time.process_time(), time.perf_counter()

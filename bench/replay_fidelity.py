@@ -21,14 +21,15 @@ from typing import Any
 import numpy as np
 from _common import machine
 
-from backend.scheduling.types import TransferConfig
-from backend.sim.engine import SimConfig, Simulation
-from backend.sim.fromsamples import build_workload, calibrate, rows_from_observations, simulate
-from backend.sim.gpu import load_profile
-from backend.sim.pool import build_pool
-from backend.sim.replay import DEFAULT_SLO, Recorder
+from backend.sim.fromsamples import (
+    build_workload,
+    calibrate,
+    record,
+    rows_from_observations,
+    simulate,
+)
+from backend.sim.replay import DEFAULT_SLO
 from backend.sim.report import summarize
-from backend.sim.routers import make_policy
 from backend.sim.traces.loader import load_trace
 
 REPLAY_SEED_OFFSET = 1000
@@ -39,13 +40,8 @@ def original(
 ) -> tuple[float, list[Any]]:
     """The original run's SLO attainment and the samples its EPP would have posted."""
     trace = load_trace(trace_name).scaled(load).window(0.0, duration_s)
-    specs = build_pool(pods, gpu)
-    fabric = TransferConfig(kv_bytes_per_token=load_profile(gpu).kv_bytes_per_token)
-    recorder = Recorder(make_policy(policy, fabric, seed))
-    result = Simulation(
-        trace, specs, recorder, SimConfig(DEFAULT_SLO, seed=seed, transfer=fabric)
-    ).run()
-    return float(summarize(result, DEFAULT_SLO)["slo_attainment"]), recorder.take()
+    result, observations = record(trace, pods, gpu, policy, DEFAULT_SLO, seed)
+    return float(summarize(result, DEFAULT_SLO)["slo_attainment"]), observations
 
 
 def main() -> None:

@@ -33,11 +33,11 @@ from typing import Final
 import numpy as np
 
 from backend.scheduling.types import TransferConfig
-from backend.sim.engine import SimConfig, Simulation
+from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.gpu import available_profiles, load_profile
 from backend.sim.online import FIELDS
 from backend.sim.pool import build_pool
-from backend.sim.replay import Observation
+from backend.sim.replay import Observation, Recorder
 from backend.sim.report import summarize
 from backend.sim.routers import make_policy
 from backend.sim.traces.loader import UNIT_TOKENS, Trace
@@ -110,6 +110,18 @@ def rows_from_observations(observations: Sequence[Observation]) -> list[SampleRo
         )
         for o in observations
     ]
+
+
+def record(
+    trace: Trace, pods: int, gpu: str, policy: str, slo: Slo, seed: int = 0
+) -> tuple[SimResult, list[Observation]]:
+    """Run ``trace`` on ``pods`` pods of ``gpu`` routed by ``policy``: the outcome, and the
+    samples an EPP would have posted meanwhile (the loop check's and the benchmarks' source)."""
+    fabric = TransferConfig(kv_bytes_per_token=load_profile(gpu).kv_bytes_per_token)
+    recorder = Recorder(make_policy(policy, fabric, seed))
+    config = SimConfig(slo, seed=seed, transfer=fabric)
+    result = Simulation(trace, build_pool(pods, gpu), recorder, config).run()
+    return result, recorder.take()
 
 
 def build_workload(rows: Sequence[SampleRow], seed: int = 0) -> Workload:

@@ -12,12 +12,8 @@ from sqlalchemy import select
 from backend.capacity.desired import refresh_all
 from backend.capacity.models import DesiredReplicas
 from backend.samples.models import Sample
-from backend.scheduling.types import TransferConfig
-from backend.sim.engine import SimConfig, Simulation
-from backend.sim.gpu import load_profile
-from backend.sim.pool import build_pool
-from backend.sim.replay import DEFAULT_SLO, Recorder
-from backend.sim.routers import make_policy
+from backend.sim.fromsamples import record
+from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces import load_trace
 from tests.integration.test_capacity import post, set_slo
 from tests.integration.test_prediction import runtime_of
@@ -28,17 +24,11 @@ GPU = "a100-llama3-8b"
 def epp_samples(seconds: float = 60.0, pods: int = 2) -> list[dict[str, Any]]:
     """What an EPP posts for a minute of Azure code traffic on two pods, stamped as if it
     happened over the last minute, each request tagged with a prefix group."""
-    fabric = TransferConfig(kv_bytes_per_token=load_profile(GPU).kv_bytes_per_token)
-    recorder = Recorder(make_policy("least-request", fabric, 0))
-    Simulation(
-        load_trace("azure-code").scaled(3.0).window(0.0, seconds),
-        build_pool(pods, GPU),
-        recorder,
-        SimConfig(DEFAULT_SLO, transfer=fabric),
-    ).run()
+    trace = load_trace("azure-code").scaled(3.0).window(0.0, seconds)
+    _, observations = record(trace, pods, GPU, "least-request", DEFAULT_SLO)
     start = datetime.now(UTC) - timedelta(seconds=seconds + 5)
     out = []
-    for o in recorder.take():
+    for o in observations:
         entry = o.entry()
         entry["timestamp"] = (start + timedelta(seconds=o.time_s)).isoformat()
         entry["prefix_group"] = f"session-{o.rid % 5}"
