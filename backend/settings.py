@@ -256,6 +256,11 @@ class CapacitySettings(BaseModel):
     desired_max_samples: int = Field(
         20_000, ge=10, description="Most samples (newest first) a desired-replicas run reads."
     )
+    desired_recalibrate_s: float = Field(
+        600.0,
+        ge=0,
+        description="Desired replicas reuses its pod calibration this long (0: every run).",
+    )
     desired_max_replicas: int = Field(
         64, ge=1, le=10_000, description="Largest pod count desired replicas may ask for."
     )

@@ -27,6 +27,7 @@ from backend.samples.models import TargetCode
 from backend.samples.repository import RECENT_COLUMNS, recent_samples
 from backend.settings import CapacitySettings
 from backend.sim.fromsamples import (
+    Calibration,
     SampleRow,
     Workload,
     build_workload,
@@ -80,17 +81,24 @@ class Estimate:
     scale: float
     calibration_error: float
     simulations: int
+    calibration: Calibration
 
 
 def estimate(
-    rows: list[SampleRow], slo: Slo, target: float, settings: CapacitySettings, seed: int = 0
+    rows: list[SampleRow],
+    slo: Slo,
+    target: float,
+    settings: CapacitySettings,
+    seed: int = 0,
+    calibrated: Calibration | None = None,
 ) -> Estimate | None:
-    """Rebuild, calibrate, bisect; None when the samples hold too few requests."""
+    """Rebuild, calibrate (unless ``calibrated`` is given), bisect; None when the samples hold
+    too few requests."""
     if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
         return None
     workload = build_workload(rows, seed=seed)
     router = settings.desired_router
-    cal = calibrate(workload, router, slo, steps=CALIBRATION_STEPS, seed=seed)
+    cal = calibrated or calibrate(workload, router, slo, steps=CALIBRATION_STEPS, seed=seed)
     d = desired_replicas(
         workload,
         cal.pod,
@@ -109,8 +117,21 @@ def estimate(
         cal.pod.profile,
         cal.pod.scale,
         cal.error,
-        len(cal.tried) + len(d.evaluated),
+        (0 if calibrated else len(cal.tried)) + len(d.evaluated),
+        cal,
     )
+
+
+_calibrations: dict[int, tuple[float, Calibration]] = {}
+"""Per pool, this process's last calibration and when it was made (monotonic seconds): the pod
+does not change from one run to the next, and calibrating is most of a run's cost."""
+
+
+def _calibration(pool_id: int, settings: CapacitySettings) -> Calibration | None:
+    made = _calibrations.get(pool_id)
+    if made is None or time.monotonic() - made[0] > settings.desired_recalibrate_s:
+        return None
+    return made[1]
 
 
 def refresh_pool(
@@ -134,7 +155,10 @@ def refresh_pool(
     est = None
     if ttft is not None or tpot is not None:
         slo = Slo(ttft if ttft is not None else math.inf, tpot if tpot is not None else math.inf)
-        est = estimate(rows, slo, spec.target_slo_attainment, settings)
+        kept = _calibration(pool_id, settings)
+        est = estimate(rows, slo, spec.target_slo_attainment, settings, calibrated=kept)
+        if est is not None and kept is None:
+            _calibrations[pool_id] = (time.monotonic(), est.calibration)
     with write(session):
         session.execute(delete(DesiredReplicas).where(DesiredReplicas.pool_id == pool_id))
         if est is None:

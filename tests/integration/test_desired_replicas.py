@@ -6,9 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from backend.capacity import desired as desired_module
 from backend.capacity.desired import refresh_all
 from backend.capacity.models import DesiredReplicas
 from backend.samples.models import Sample
@@ -19,6 +21,11 @@ from tests.integration.test_capacity import post, set_slo
 from tests.integration.test_prediction import runtime_of
 
 GPU = "a100-llama3-8b"
+
+
+@pytest.fixture(autouse=True)
+def no_kept_calibration() -> None:
+    desired_module._calibrations.clear()  # pool ids repeat from one test's database to the next
 
 
 def epp_samples(seconds: float = 60.0, pods: int = 2) -> list[dict[str, Any]]:
@@ -69,6 +76,14 @@ def test_the_job_computes_desired_replicas_served_as_field_and_gauge(
     line = next(ln for ln in metrics.splitlines() if ln.startswith("headroom_desired_replicas{"))
     assert 'variant_name="default"' in line and 'namespace="default"' in line
     assert float(line.rsplit(" ", 1)[1]) == desired["replicas"]
+
+    # The next run keeps the pod's calibration (most of the cost) and only bisects again.
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1
+    runtime.capacity.refresh()
+    again = client.get("/v1/pools/default/saturation").json()["desired_replicas"]
+    assert again["replicas"] == desired["replicas"]
+    assert (again["profile"], again["scale"]) == (desired["profile"], desired["scale"])
+    assert again["simulations"] < desired["simulations"]
 
 
 def test_a_target_out_of_bounds_is_a_422(client: TestClient) -> None:
