@@ -66,6 +66,7 @@ LABELS = {
     "epsilon_explore_neg": "Exploration into the negative tier",
     "max_ttft_penalty_ms": "Max TTFT penalty for affinity (ms)",
     "slo_buffer_factor": "TPOT SLO buffer factor",
+    "target_slo_attainment": "Target SLO attainment (desired replicas)",
     "pd_selection": "P/D selection",
     "kv_bytes_per_token": "KV bytes per token",
     "fallback_kv_weight": "Weight of free KV",
