@@ -57,7 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         collector = ServingCollector(runtime.store, runtime.sessions, runtime.failures)
         telemetry.registry.register(collector)
-        capacity = CapacityCollector(runtime.capacity)
+        capacity = CapacityCollector(runtime.capacity, settings.capacity.namespace)
         telemetry.registry.register(capacity)
         with unit_of_work(runtime.sessions) as session:
             ensure_default_pool(session)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.auth.sessions import purge_expired, utcnow
+from backend.capacity.desired import refresh_all
 from backend.db import unit_of_work
 from backend.registry.trainer import Trainer
 from backend.samples.models import TargetCode
@@ -59,6 +60,11 @@ def purge_sign_ins(ctx: JobContext) -> tuple[int, int]:
         return purge_expired(session, utcnow(), ctx.settings)
 
 
+def desired_replicas(ctx: JobContext) -> int:
+    """Every pool's desired replicas, replayed and stored for the API processes to serve."""
+    return refresh_all(ctx.sessions, ctx.settings.capacity)
+
+
 @dataclass(frozen=True)
 class PeriodicJob:
     name: str
@@ -76,6 +82,12 @@ PERIODIC_JOBS: tuple[PeriodicJob, ...] = (
     PeriodicJob("retrain", "headroom.retrain_due", lambda s: s.training.interval_s, retrain_due),
     PeriodicJob(
         "purge-sign-ins", "headroom.purge_sign_ins", lambda s: s.ui.purge_interval_s, purge_sign_ins
+    ),
+    PeriodicJob(
+        "desired-replicas",
+        "headroom.desired_replicas",
+        lambda s: s.capacity.desired_interval_s,
+        desired_replicas,
     ),
 )
 

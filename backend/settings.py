@@ -247,6 +247,31 @@ class CapacitySettings(BaseModel):
     start_back_rows: int = Field(
         20_000, ge=0, description="How many of the newest samples a starting process reads."
     )
+    desired_interval_s: float = Field(
+        30.0, gt=0, description="How often the worker recomputes each pool's desired replicas."
+    )
+    desired_lookback_s: float = Field(
+        300.0, gt=0, description="Desired replicas replays the pool's samples of this long."
+    )
+    desired_max_samples: int = Field(
+        20_000, ge=10, description="Most samples (newest first) a desired-replicas run reads."
+    )
+    desired_recalibrate_s: float = Field(
+        600.0,
+        ge=0,
+        description="Desired replicas reuses its pod calibration this long (0: every run).",
+    )
+    desired_max_replicas: int = Field(
+        64, ge=1, le=10_000, description="Largest pod count desired replicas may ask for."
+    )
+    desired_router: str = Field(
+        "llm-d-322",
+        description="Simulator policy that routes the replay (default: llm-d's load+prefix "
+        "scorers 3:2:2, which an unchanged EPP runs).",
+    )
+    namespace: str = Field(
+        "default", max_length=63, description="The `namespace` label of the exported gauges."
+    )
 
 
 class IngestSettings(BaseModel):

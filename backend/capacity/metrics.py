@@ -12,8 +12,9 @@ from backend.capacity.service import OK, CapacityMonitor
 
 
 class CapacityCollector(Collector):
-    def __init__(self, monitor: CapacityMonitor) -> None:
+    def __init__(self, monitor: CapacityMonitor, namespace: str = "default") -> None:
         self.monitor = monitor
+        self.namespace = namespace
 
     def collect(self) -> Iterator[Metric]:
         pool_level = GaugeMetricFamily(
@@ -47,4 +48,14 @@ class CapacityCollector(Collector):
                     headroom.add_metric([pool, "ttft", label], h.ttft_headroom_ms)
                 if h.tpot_headroom_ms is not None:
                     headroom.add_metric([pool, "tpot", label], h.tpot_headroom_ms)
-        yield from (pool_level, pod_level, headroom, fresh)
+        # In the shape of WVA's desired-replica signal (`wva_desired_replicas{variant_name,
+        # namespace, accelerator_type}`), so that a KEDA ScaledObject or an HPA written for WVA
+        # needs only the metric name changed (deploy/kubernetes/keda-scaledobject.yaml).
+        desired = GaugeMetricFamily(
+            "headroom_desired_replicas",
+            "Fewest pods that keep the pool's replayed recent traffic at its SLO target.",
+            labels=["variant_name", "namespace", "accelerator_type", "pool"],
+        )
+        for pool, row in sorted(self.monitor.all_desired().items()):
+            desired.add_metric([pool, self.namespace, row.profile, pool], row.replicas)
+        yield from (pool_level, pod_level, headroom, fresh, desired)

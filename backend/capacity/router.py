@@ -15,4 +15,5 @@ async def get_saturation(pool: str, runtime: RuntimeDep) -> SaturationRead:
     the share of its recent requests that would miss an SLO if routed now, per pod beside it,
     and the SLO headroom at the median and p90 request. Served from memory."""
     await runtime.pool_id(pool)  # 404 for a pool that does not exist
-    return SaturationRead.of(pool, runtime.capacity.report(pool))
+    capacity = runtime.capacity
+    return SaturationRead.of(pool, capacity.report(pool), capacity.desired(pool))

@@ -4,6 +4,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from backend.capacity.models import DesiredReplicas
 from backend.capacity.service import PoolReport
 from backend.scheduling.saturation import Headroom
 
@@ -31,6 +32,35 @@ class HeadroomRead(BaseModel):
         )
 
 
+class DesiredReplicasRead(BaseModel):
+    replicas: int = Field(
+        description="Fewest pods at which the pool's recent traffic, replayed in the simulator "
+        "on the calibrated pod, keeps SLO attainment at the policy's target."
+    )
+    met: bool = Field(
+        description="False: even the most pods tried miss the target; `replicas` is then where "
+        "more pods stop helping (within 1 point of the most pods' attainment)."
+    )
+    attainment: float = Field(description="Simulated SLO attainment at `replicas` pods.")
+    target: float = Field(description="The policy's target_slo_attainment.")
+    current_pods: int = Field(description="Pods seen in the replayed samples.")
+    requests: int = Field(description="Requests rebuilt from the samples and replayed.")
+    rate_rps: float = Field(description="Their arrival rate (the pool's current rate).")
+    profile: str = Field(description="The GPU profile the calibration chose.")
+    scale: float = Field(description="The calibrated factor on the profile's step cost.")
+    calibration_error: float = Field(
+        description="Mean |log(simulated/observed)| over the TTFT and TPOT deciles at the pick."
+    )
+    simulations: int
+    cpu_s: float = Field(description="CPU seconds the computation took.")
+    policy_version: int | None
+    computed_at: datetime
+
+    @classmethod
+    def of(cls, row: DesiredReplicas) -> DesiredReplicasRead:
+        return cls.model_validate(row, from_attributes=True)
+
+
 class SaturationRead(BaseModel):
     pool: str
     saturation: float | None = Field(
@@ -51,9 +81,17 @@ class SaturationRead(BaseModel):
     fresh_pods: int
     stale_pods: list[str] = Field(description="Pods not heard from recently; left out.")
     pods: list[PodSaturationRead]
+    desired_replicas: DesiredReplicasRead | None = Field(
+        description="The last desired-replica count the worker computed (every "
+        "`HEADROOM_CAPACITY__DESIRED_INTERVAL_S`), with when and how; null before the first, "
+        "or with no SLO or too little recent traffic."
+    )
 
     @classmethod
-    def of(cls, pool: str, report: PoolReport | None) -> SaturationRead:
+    def of(
+        cls, pool: str, report: PoolReport | None, desired: DesiredReplicas | None = None
+    ) -> SaturationRead:
+        wanted = DesiredReplicasRead.of(desired) if desired is not None else None
         if report is None:
             return cls(
                 pool=pool,
@@ -69,6 +107,7 @@ class SaturationRead(BaseModel):
                 fresh_pods=0,
                 stale_pods=[],
                 pods=[],
+                desired_replicas=wanted,
             )
         sat = report.saturation
         return cls(
@@ -93,4 +132,5 @@ class SaturationRead(BaseModel):
                 )
                 for p in (sat.pods if sat else ())
             ],
+            desired_replicas=wanted,
         )

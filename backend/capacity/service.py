@@ -21,6 +21,8 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.capacity.desired import read_all
+from backend.capacity.models import DesiredReplicas
 from backend.capacity.signals import PoolSignals, apply
 from backend.pools.models import Pool
 from backend.predictor.features import POD_TYPE_CODES
@@ -104,6 +106,7 @@ class CapacityMonitor:
         self._signals: dict[int, PoolSignals] = {}
         self._after: int | None = None
         self._reports: dict[str, PoolReport] = {}
+        self._desired: dict[str, DesiredReplicas] = {}
         self._lock = threading.Lock()  # one tick at a time; readers never take it
 
     def report(self, pool: str) -> PoolReport | None:
@@ -111,6 +114,13 @@ class CapacityMonitor:
 
     def reports(self) -> Mapping[str, PoolReport]:
         return self._reports
+
+    def desired(self, pool: str) -> DesiredReplicas | None:
+        """The pool's desired replicas as the worker last stored it (read on every tick)."""
+        return self._desired.get(pool)
+
+    def all_desired(self) -> Mapping[str, DesiredReplicas]:
+        return self._desired
 
     def refresh(self) -> int:
         """One tick: read new samples, recompute every pool; returns rows read."""
@@ -124,6 +134,9 @@ class CapacityMonitor:
                 if pid in names
             }
             self._reports = reports  # one assignment: readers see the old or the new set
+            with self._sessions() as session:
+                desired = read_all(session)
+            self._desired = {names[pid]: row for pid, row in desired.items() if pid in names}
             return read
 
     def _read(self) -> int:

@@ -9,7 +9,11 @@ _TRANSFER_PREFIX = "transfer_"
 
 
 def to_scheduling(spec: PolicySpec) -> SchedulingPolicy:
-    data = spec.model_dump(exclude={"default_ttft_slo_ms", "default_tpot_slo_ms"})
+    # The SLOs and the attainment target are the service's (saturation, desired replicas), not
+    # the chain's.
+    data = spec.model_dump(
+        exclude={"default_ttft_slo_ms", "default_tpot_slo_ms", "target_slo_attainment"}
+    )
     transfer = {"kv_bytes_per_token": data.pop("kv_bytes_per_token")}
     for key in [k for k in data if k.startswith(_TRANSFER_PREFIX)]:
         transfer[key.removeprefix(_TRANSFER_PREFIX)] = data.pop(key)

@@ -142,6 +142,13 @@ class PolicySpec(BaseModel):
         le=MAX_LINK_GBPS,
         description="KV transfer, cross region.",
     )
+    target_slo_attainment: float = Field(
+        0.95,
+        ge=0.5,
+        le=0.999,
+        description="Share of requests to keep within SLO; desired replicas is the fewest pods "
+        "the replayed traffic needs for it.",
+    )
 
 
 class PolicyCreate(PolicySpec):

@@ -72,6 +72,9 @@ class Sample(Base):
     # The pod_type as the EPP sent it (NULL for none): `pod_type` holds the class the model
     # reads, this keeps the llm-d.ai/role value itself, so that an unknown role is reported.
     pod_role: Mapped[str | None] = mapped_column(String(63))
+    # Ours, optional: a session or shared-prompt id, so that a replay built from the samples
+    # (backend/sim/fromsamples.py) knows which requests share a prefix.
+    prefix_group: Mapped[str | None] = mapped_column(String(253))
 
 
 class WindowFlush(Base):
@@ -120,4 +123,5 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "pod",
     "observed_at",
     "pod_role",
+    "prefix_group",
 )

@@ -211,3 +211,33 @@ def flushes(session: Session, pool_id: int, limit: int = 20) -> list[WindowFlush
             .limit(limit)
         )
     )
+
+
+RECENT_COLUMNS = (
+    "target",
+    "observed_at",
+    "latency_ms",
+    "input_token_length",
+    "prefix_cache_score",
+    "pod",
+    "pod_class",
+    "prefix_group",
+    *WINDOW_FEATURES,
+)
+"""What `recent_samples` returns per row: enough to rebuild the requests (backend/sim/
+fromsamples.py) and to pair a request's TTFT and TPOT rows on their dispatch-time features."""
+
+
+def recent_samples(
+    session: Session, pool_id: int, since: datetime, limit: int
+) -> list[tuple[Any, ...]]:
+    """A pool's samples observed at or after `since`, at most the newest `limit`, oldest
+    first, as `RECENT_COLUMNS` tuples."""
+    cols = [getattr(Sample, c) for c in RECENT_COLUMNS]
+    rows = session.execute(
+        select(*cols)
+        .where(Sample.pool_id == pool_id, Sample.observed_at >= since)
+        .order_by(Sample.id.desc())
+        .limit(limit)
+    ).all()
+    return [tuple(r) for r in reversed(rows)]

@@ -106,6 +106,11 @@ class TrainingEntry(Features):
     )
     predicted_tpot_ms: float | None = Field(None, ge=0, le=MAX_LATENCY_MS)
     pod: NameText | None = Field(None, description="Name of the pod that served it.")
+    prefix_group: NameText | None = Field(
+        None,
+        description="Ours, optional: a session or shared-system-prompt id. Requests of one group "
+        "share their prompt's leading tokens; the pool's replay (desired replicas) uses it.",
+    )
 
     @field_validator("timestamp")
     @classmethod

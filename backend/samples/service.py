@@ -87,15 +87,16 @@ def build_rows(
         features = (*_before_pod_type(e), code, *_after_pod_type(e))
         bucket = bucket_of(features[_KV], features[_PREFIX], features[_WAITING])
         observed = e.timestamp or now
+        group = e.prefix_group
         # The held-out flag is drawn once, at arrival: a sample never changes sets.
         if e.actual_ttft_ms > 0:
             test = draw() < test_fraction
-            label = (e.actual_ttft_ms, e.predicted_ttft_ms, e.pod, observed, role)
+            label = (e.actual_ttft_ms, e.predicted_ttft_ms, e.pod, observed, role, group)
             rows.append((pool_id, ttft, bucket, test, *features, *label))
             n_ttft += 1
         if e.actual_tpot_ms > 0:
             test = draw() < test_fraction
-            label = (e.actual_tpot_ms, e.predicted_tpot_ms, e.pod, observed, role)
+            label = (e.actual_tpot_ms, e.predicted_tpot_ms, e.pod, observed, role, group)
             rows.append((pool_id, tpot, bucket, test, *features, *label))
             n_tpot += 1
         if e.actual_ttft_ms <= 0 and e.actual_tpot_ms <= 0:

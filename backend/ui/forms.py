@@ -20,7 +20,16 @@ from backend.policies.schemas import ObjectiveCreate, ObjectiveUpdate, PolicySpe
 Kind = Literal["number", "optional_number", "integer", "choice", "flag", "weight"]
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("SLOs", ("mode", "default_ttft_slo_ms", "default_tpot_slo_ms", "slo_buffer_factor")),
+    (
+        "SLOs",
+        (
+            "mode",
+            "default_ttft_slo_ms",
+            "default_tpot_slo_ms",
+            "slo_buffer_factor",
+            "target_slo_attainment",
+        ),
+    ),
     (
         "Scoring",
         ("strategy", "ttft_weight", "picker", "scorer", "epsilon_explore_neg", "streaming_mode"),
@@ -60,6 +69,7 @@ LABELS = {
     "epsilon_explore_neg": "Exploration into the negative tier",
     "max_ttft_penalty_ms": "Max TTFT penalty for affinity (ms)",
     "slo_buffer_factor": "TPOT SLO buffer factor",
+    "target_slo_attainment": "Target SLO attainment (desired replicas)",
     "pd_selection": "P/D selection",
     "kv_bytes_per_token": "KV bytes per token",
     "fallback_kv_weight": "Weight of free KV",

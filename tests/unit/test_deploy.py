@@ -149,3 +149,38 @@ def test_compose_publishes_on_localhost_unless_told_otherwise() -> None:
     nginx = (ROOT / "deploy/nginx/nginx.conf").read_text()
     assert "server api-1:8001" in nginx and "listen 8001" in nginx
     assert "proxy_pass http://headroom_data_plane" in nginx
+
+
+def test_keda_scaled_object_reads_the_desired_replicas_gauge_headroom_exports() -> None:
+    from prometheus_client.core import GaugeMetricFamily
+
+    from backend.capacity.metrics import CapacityCollector
+    from backend.capacity.models import DesiredReplicas
+
+    (scaled,) = [
+        d
+        for d in yaml.safe_load_all((ROOT / "deploy/kubernetes/keda-scaledobject.yaml").read_text())
+        if d
+    ]
+    assert scaled["kind"] == "ScaledObject"
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    query = trigger["metadata"]["query"]
+
+    class Monitor:  # what the collector reads: the monitor's last copy of the table
+        def reports(self) -> dict[str, Any]:
+            return {}
+
+        def all_desired(self) -> dict[str, DesiredReplicas]:
+            return {"llama-8b": DesiredReplicas(replicas=5, profile="a100-llama3-8b")}
+
+    families = list(CapacityCollector(Monitor(), namespace="llm-d").collect())  # type: ignore[arg-type]
+    (desired,) = [f for f in families if f.name == "headroom_desired_replicas"]
+    assert isinstance(desired, GaugeMetricFamily)
+    (sample,) = desired.samples
+    # The query names the exported metric and only labels it carries, with these values.
+    assert f"{sample.name}{{" in query
+    for label in ("variant_name", "namespace"):
+        assert f'{label}="{sample.labels[label]}"' in query
+    assert sample.value == 5

@@ -10,7 +10,13 @@ from backend.background import start_background
 from backend.db import make_engine, make_sessionmaker
 from backend.deps import Runtime
 from backend.periodic import PERIODIC_JOBS
-from backend.settings import Settings, TrainingSettings, UISettings, WindowSettings
+from backend.settings import (
+    CapacitySettings,
+    Settings,
+    TrainingSettings,
+    UISettings,
+    WindowSettings,
+)
 from backend.tasks import create_celery
 
 
@@ -20,12 +26,14 @@ def test_beat_schedules_every_job_of_the_table_at_its_setting_and_the_worker_run
         window=WindowSettings(trim_interval_s=7),
         training=TrainingSettings(interval_s=13),
         ui=UISettings(purge_interval_s=29),
+        capacity=CapacitySettings(desired_interval_s=31),
     )
     app = create_celery(settings)
     assert app.conf.beat_schedule == {
         "trim-windows": {"task": "headroom.trim_windows", "schedule": 7},
         "retrain": {"task": "headroom.retrain_due", "schedule": 13},
         "purge-sign-ins": {"task": "headroom.purge_sign_ins", "schedule": 29},
+        "desired-replicas": {"task": "headroom.desired_replicas", "schedule": 31},
     }
     assert [job.name for job in PERIODIC_JOBS] == list(app.conf.beat_schedule)
     app.loader.import_default_modules()  # what a worker's start loads
@@ -44,6 +52,8 @@ def test_the_embedded_mode_runs_every_job_of_the_table_at_its_setting(tmp_path: 
         assert list(jobs) == ["model-poll", "capacity", *(job.name for job in PERIODIC_JOBS)]
         assert jobs["trim-windows"].interval_s == 7
         assert jobs["purge-sign-ins"].run() == (0, 0)  # the service function, on this database
+        assert jobs["desired-replicas"].interval_s == 30  # the default: every 30 s
+        assert jobs["desired-replicas"].run() == 0  # no pool, nothing computed
     finally:
         background.stop()
         engine.dispose()

@@ -1,0 +1,206 @@
+"""Desired replicas: the fewest pods at which the pool's recent traffic, replayed in the
+simulator on the pod calibrated to the pool, keeps SLO attainment at the policy's target.
+
+A periodic job (``backend/periodic.py``: Celery beat in production, a thread when embedded)
+reads each pool's recent samples (``samples.repository.recent_samples``), rebuilds the requests
+and calibrates the pod (``backend/sim/fromsamples.py``), bisects on the pod count and stores
+the result, one row per pool (``DesiredReplicas``), so that every API process serves the same
+number: each process's ``CapacityMonitor`` reads the table on its tick, and the saturation
+route and the Prometheus gauge answer from that copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.capacity.models import DesiredReplicas
+from backend.policies.service import policy_for_pool, spec_of
+from backend.pools.models import Pool
+from backend.samples.models import TargetCode
+from backend.samples.repository import RECENT_COLUMNS, recent_samples
+from backend.settings import CapacitySettings
+from backend.sim.fromsamples import (
+    Calibration,
+    SampleRow,
+    Workload,
+    build_workload,
+    calibrate,
+    desired_replicas,
+)
+from backend.sim.view import Slo
+from backend.transactions import write
+
+log = logging.getLogger("headroom.capacity")
+
+_FEATURES = len(RECENT_COLUMNS) - RECENT_COLUMNS.index("kv_cache_percentage")
+MIN_REQUESTS = 20
+"""Fewer requests than this in the lookback: no estimate (a replay of a handful of requests
+says nothing about the pod count)."""
+CALIBRATION_STEPS = 3
+"""Golden-section steps per profile: 5 simulations each (measured by bench/desired_replicas.py
+to keep an 8-pod pool's run within a minute of one core)."""
+
+
+def sample_rows(raw: list[tuple[object, ...]]) -> list[SampleRow]:
+    """`recent_samples` tuples as the replay builder's rows."""
+    out = []
+    for r in raw:
+        target, observed, latency, prompt, prefix, pod, pod_class, group = r[:8]
+        assert isinstance(observed, datetime)
+        out.append(
+            SampleRow(
+                TargetCode(int(target)).label,  # type: ignore[call-overload]
+                observed.timestamp(),
+                float(latency),  # type: ignore[arg-type]
+                int(prompt),  # type: ignore[call-overload]
+                float(prefix),  # type: ignore[arg-type]
+                pod if isinstance(pod, str) else None,
+                pod_class if isinstance(pod_class, str) else None,
+                key=r[-_FEATURES:],
+                prefix_group=group if isinstance(group, str) else None,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Estimate:
+    replicas: int
+    met: bool
+    attainment: float
+    target: float
+    workload: Workload
+    profile: str
+    scale: float
+    calibration_error: float
+    simulations: int
+    calibration: Calibration
+
+
+def estimate(
+    rows: list[SampleRow],
+    slo: Slo,
+    target: float,
+    settings: CapacitySettings,
+    seed: int = 0,
+    calibrated: Calibration | None = None,
+) -> Estimate | None:
+    """Rebuild, calibrate (unless ``calibrated`` is given), bisect; None when the samples hold
+    too few requests."""
+    if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
+        return None
+    workload = build_workload(rows, seed=seed)
+    router = settings.desired_router
+    cal = calibrated or calibrate(workload, router, slo, steps=CALIBRATION_STEPS, seed=seed)
+    d = desired_replicas(
+        workload,
+        cal.pod,
+        router,
+        slo,
+        target,
+        max_replicas=max(settings.desired_max_replicas, 1),
+        seed=seed,
+    )
+    return Estimate(
+        d.replicas,
+        d.met,
+        d.attainment,
+        target,
+        workload,
+        cal.pod.profile,
+        cal.pod.scale,
+        cal.error,
+        (0 if calibrated else len(cal.tried)) + len(d.evaluated),
+        cal,
+    )
+
+
+_calibrations: dict[int, tuple[float, Calibration]] = {}
+"""Per pool, this process's last calibration and when it was made (monotonic seconds): the pod
+does not change from one run to the next, and calibrating is most of a run's cost."""
+
+
+def _calibration(pool_id: int, settings: CapacitySettings) -> Calibration | None:
+    made = _calibrations.get(pool_id)
+    if made is None or time.monotonic() - made[0] > settings.desired_recalibrate_s:
+        return None
+    return made[1]
+
+
+def refresh_pool(
+    session: Session, pool_id: int, settings: CapacitySettings, now: datetime
+) -> DesiredReplicas | None:
+    """Recompute one pool's desired replicas and store it (replacing the last); a pool with no
+    SLO or too little recent traffic loses its stale row instead."""
+    started = time.process_time()
+    policy = policy_for_pool(session, pool_id)
+    spec = spec_of(policy)
+    rows = sample_rows(
+        recent_samples(
+            session,
+            pool_id,
+            now - timedelta(seconds=settings.desired_lookback_s),
+            settings.desired_max_samples,
+        )
+    )
+    session.rollback()  # no transaction held open across the simulations
+    ttft, tpot = spec.default_ttft_slo_ms, spec.default_tpot_slo_ms
+    est = None
+    if ttft is not None or tpot is not None:
+        slo = Slo(ttft if ttft is not None else math.inf, tpot if tpot is not None else math.inf)
+        kept = _calibration(pool_id, settings)
+        est = estimate(rows, slo, spec.target_slo_attainment, settings, calibrated=kept)
+        if est is not None and kept is None:
+            _calibrations[pool_id] = (time.monotonic(), est.calibration)
+    with write(session):
+        session.execute(delete(DesiredReplicas).where(DesiredReplicas.pool_id == pool_id))
+        if est is None:
+            return None
+        row = DesiredReplicas(
+            pool_id=pool_id,
+            replicas=est.replicas,
+            met=est.met,
+            attainment=est.attainment,
+            target=est.target,
+            current_pods=len(est.workload.pods),
+            requests=len(est.workload.trace),
+            rate_rps=est.workload.rate_rps,
+            profile=est.profile,
+            scale=est.scale,
+            calibration_error=est.calibration_error if math.isfinite(est.calibration_error) else -1,
+            simulations=est.simulations,
+            cpu_s=time.process_time() - started,
+            policy_version=policy.version if policy is not None else None,
+            computed_at=now,
+        )
+        session.add(row)
+    return row
+
+
+def refresh_all(sessions: sessionmaker[Session], settings: CapacitySettings) -> int:
+    """Every pool's desired replicas; a failure of one pool does not stop the others."""
+    with sessions() as session:
+        pool_ids = list(session.scalars(select(Pool.id)))
+    done = 0
+    for pool_id in pool_ids:
+        try:
+            with sessions() as session:
+                if refresh_pool(session, pool_id, settings, datetime.now(UTC)) is not None:
+                    done += 1
+        except Exception:
+            log.exception("desired replicas of pool %s failed; the last value is kept", pool_id)
+    return done
+
+
+def read_all(session: Session) -> dict[int, DesiredReplicas]:
+    """Every pool's last desired replicas, by pool id (detached: safe to keep in memory)."""
+    rows = list(session.scalars(select(DesiredReplicas)))
+    session.expunge_all()
+    return {r.pool_id: r for r in rows}

@@ -1,0 +1,123 @@
+"""Desired replicas end to end: an EPP's samples posted, the worker's job run, the number read
+back from the REST field and the Prometheus gauge of an API process."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from backend.capacity import desired as desired_module
+from backend.capacity.desired import refresh_all
+from backend.capacity.models import DesiredReplicas
+from backend.samples.models import Sample
+from backend.sim.fromsamples import record
+from backend.sim.replay import DEFAULT_SLO
+from backend.sim.traces import load_trace
+from tests.integration.test_capacity import post, set_slo
+from tests.integration.test_prediction import runtime_of
+
+GPU = "a100-llama3-8b"
+
+
+@pytest.fixture(autouse=True)
+def no_kept_calibration() -> None:
+    desired_module._calibrations.clear()  # pool ids repeat from one test's database to the next
+
+
+def epp_samples(seconds: float = 60.0, pods: int = 2) -> list[dict[str, Any]]:
+    """What an EPP posts for a minute of Azure code traffic on two pods, stamped as if it
+    happened over the last minute, each request tagged with a prefix group."""
+    trace = load_trace("azure-code").scaled(3.0).window(0.0, seconds)
+    _, observations = record(trace, pods, GPU, "least-request", DEFAULT_SLO)
+    start = datetime.now(UTC) - timedelta(seconds=seconds + 5)
+    out = []
+    for o in observations:
+        entry = o.entry()
+        entry["timestamp"] = (start + timedelta(seconds=o.time_s)).isoformat()
+        entry["prefix_group"] = f"session-{o.rid % 5}"
+        out.append(entry)
+    return out
+
+
+def test_the_job_computes_desired_replicas_served_as_field_and_gauge(
+    client: TestClient,
+) -> None:
+    runtime = runtime_of(client)
+    post(client, epp_samples())
+    with runtime.sessions() as session:  # the optional group is stored with the sample
+        groups = set(session.scalars(select(Sample.prefix_group)))
+    assert groups == {f"session-{i}" for i in range(5)}
+
+    # No SLO yet (upstream's default policy): nothing to keep, no number.
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 0
+    runtime.capacity.refresh()
+    body = client.get("/v1/pools/default/saturation").json()
+    assert body["desired_replicas"] is None
+
+    set_slo(client, 2000, 100)
+    assert client.put("/v1/policies/1", json={"target_slo_attainment": 0.9}).status_code == 200
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1  # the worker's job
+    runtime.capacity.refresh()  # each API process's tick reads the stored result
+    body = client.get("/v1/pools/default/saturation").json()
+    desired = body["desired_replicas"]
+    assert desired["met"] is True
+    assert desired["attainment"] >= desired["target"] == 0.9
+    assert 1 <= desired["replicas"] <= 8
+    assert desired["current_pods"] == 2
+    assert desired["profile"] in {"a100-llama2-7b", "a100-llama3-8b", "h100-llama2-7b"}
+    assert desired["requests"] > 20 and desired["simulations"] > 3
+    assert datetime.fromisoformat(desired["computed_at"]) > datetime.now(UTC) - timedelta(minutes=1)
+
+    metrics = client.get("/metrics").text
+    line = next(ln for ln in metrics.splitlines() if ln.startswith("headroom_desired_replicas{"))
+    assert 'variant_name="default"' in line and 'namespace="default"' in line
+    assert float(line.rsplit(" ", 1)[1]) == desired["replicas"]
+
+    # The next run keeps the pod's calibration (most of the cost) and only bisects again.
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1
+    runtime.capacity.refresh()
+    again = client.get("/v1/pools/default/saturation").json()["desired_replicas"]
+    assert again["replicas"] == desired["replicas"]
+    assert (again["profile"], again["scale"]) == (desired["profile"], desired["scale"])
+    assert again["simulations"] < desired["simulations"]
+
+
+def test_a_target_out_of_bounds_is_a_422(client: TestClient) -> None:
+    for bad in (0.2, 1.0, "high"):
+        response = client.put("/v1/policies/1", json={"target_slo_attainment": bad})
+        assert response.status_code == 422, response.text
+
+
+def test_too_little_traffic_removes_the_stale_number(client: TestClient) -> None:
+    runtime = runtime_of(client)
+    set_slo(client, 2000, 100)
+    post(client, epp_samples(seconds=3.0))  # a handful of requests
+    with runtime.sessions() as session:
+        pool_id = 1
+        session.add(
+            DesiredReplicas(
+                pool_id=pool_id,
+                replicas=9,
+                met=True,
+                attainment=1.0,
+                target=0.95,
+                current_pods=2,
+                requests=100,
+                rate_rps=1.0,
+                profile=GPU,
+                scale=1.0,
+                calibration_error=0.1,
+                simulations=10,
+                cpu_s=1.0,
+                policy_version=1,
+                computed_at=datetime.now(UTC) - timedelta(minutes=5),
+            )
+        )
+        session.commit()
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 0
+    runtime.capacity.refresh()
+    assert client.get("/v1/pools/default/saturation").json()["desired_replicas"] is None

@@ -1,0 +1,148 @@
+"""A replay built from a pool's samples, its calibration, and desired replicas (pure parts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backend.sim.fromsamples import (
+    PodModel,
+    SampleRow,
+    build_workload,
+    calibrate,
+    desired_replicas,
+    record,
+    rows_from_observations,
+    simulate,
+    smallest_meeting,
+)
+from backend.sim.replay import DEFAULT_SLO
+from backend.sim.report import summarize
+from backend.sim.traces import load_trace
+from backend.sim.traces.loader import UNIT_TOKENS
+
+
+def _request(
+    t_first: float,
+    ttft_ms: float,
+    prompt: int,
+    output: int,
+    tpot_ms: float = 20.0,
+    pod: str = "p0",
+    score: float = 0.0,
+    group: str | None = None,
+) -> list[SampleRow]:
+    """The TTFT sample and (for output > 1) the TPOT sample an EPP posts for one request."""
+    key = (prompt, score, t_first)  # the dispatch-time features: the same on both samples
+    rows = [SampleRow("ttft", t_first, ttft_ms, prompt, score, pod, key=key, prefix_group=group)]
+    if output > 1:
+        done = t_first + (output - 1) * tpot_ms / 1000.0
+        rows.append(SampleRow("tpot", done, tpot_ms, prompt, score, pod, key=key))
+    return rows
+
+
+def test_arrivals_are_sample_time_minus_ttft_sorted_from_zero() -> None:
+    rows = [*_request(10.0, 500.0, 100, 5), *_request(10.2, 1500.0, 200, 3)]
+    w = build_workload(rows)
+    # Arrived at 9.5 and 8.7: the second request arrived first.
+    assert w.trace.arrival_s.tolist() == pytest.approx([0.0, 0.8])
+    assert w.trace.input_tokens.tolist() == [200, 100]
+
+
+def test_output_lengths_from_paired_ttft_and_tpot_samples() -> None:
+    rows = [*_request(1.0, 100.0, 64, 40, tpot_ms=25.0), *_request(1.5, 100.0, 64, 7, pod="p1")]
+    w = build_workload(rows)
+    assert sorted(w.trace.output_tokens.tolist()) == [7, 40]
+    assert (w.paired_outputs, w.drawn_outputs) == (2, 0)
+    assert w.pods == ("p0", "p1")
+
+
+def test_unpaired_requests_draw_from_the_paired_lengths() -> None:
+    rows = [*_request(1.0, 100.0, 64, 40), *_request(2.0, 100.0, 64, 40)]
+    rows += [SampleRow("ttft", 3.0 + i, 100.0, 64, 0.0, "p0", key=("lost", i)) for i in range(5)]
+    w = build_workload(rows)
+    assert w.drawn_outputs == 5
+    assert w.trace.output_tokens.tolist() == [40] * 7
+
+
+def test_prefix_groups_share_their_previous_prompt_blocks() -> None:
+    four_blocks = 4 * UNIT_TOKENS
+    rows = [
+        *_request(1.0, 50.0, four_blocks, 2, group="a"),
+        *_request(2.0, 50.0, four_blocks, 2, group="b"),
+        # Half of its prompt was cached: the first two blocks of group a's last prompt.
+        *_request(3.0, 50.0, four_blocks, 2, score=0.5, group="a"),
+    ]
+    w = build_workload(rows)
+    first, other, follow = w.trace.all_units()
+    assert follow[:2] == first[:2]
+    assert not set(follow[2:]) & set(first)
+    assert not set(other) & set(first)
+    assert w.grouped == 1
+
+
+def test_without_a_group_cached_blocks_chain_to_a_recent_request() -> None:
+    rows = [*_request(1.0, 50.0, 3 * UNIT_TOKENS, 2), *_request(2.0, 50.0, 3 * UNIT_TOKENS, 2)]
+    rows += _request(3.0, 50.0, 2 * UNIT_TOKENS, 2, score=1.0)
+    units = build_workload(rows).trace.all_units()
+    assert units[2] == units[1][:2]
+    # No score, no reuse: the first two requests share nothing.
+    assert not set(units[0]) & set(units[1])
+
+
+def test_no_ttft_sample_is_refused() -> None:
+    with pytest.raises(ValueError, match="nothing to replay"):
+        build_workload([SampleRow("tpot", 1.0, 20.0, 10, 0.0, "p0")])
+
+
+def test_bisection_finds_the_smallest_count_meeting_the_target() -> None:
+    calls: list[int] = []
+
+    def attainment(n: int) -> float:
+        calls.append(n)
+        return min(1.0, n / 10)
+
+    d = smallest_meeting(attainment, 0.7, 1, 32)
+    assert (d.replicas, d.met, d.attainment) == (7, True, 0.7)
+    assert len(calls) <= 7  # about log2(32) + 1, never a scan
+    # The target unreachable: where more pods stop helping (the plateau), flagged.
+    miss = smallest_meeting(lambda n: min(0.6, n / 10), 0.9, 1, 64)
+    assert (miss.replicas, miss.met) == (6, False)
+    assert smallest_meeting(lambda n: 1.0, 0.9, 1, 8).replicas == 1
+
+
+def _recorded(
+    trace: str, load: float, seconds: float, pods: int, seed: int = 0
+) -> tuple[float, list[SampleRow]]:
+    """A run's SLO attainment and the samples its EPP posted, as rows."""
+    t = load_trace(trace).scaled(load).window(0.0, seconds)
+    run, observations = record(t, pods, "a100-llama3-8b", "llm-d-322", DEFAULT_SLO, seed)
+    attained = float(summarize(run, DEFAULT_SLO)["slo_attainment"])
+    return attained, rows_from_observations(observations)
+
+
+def test_the_loop_a_replay_from_simulated_samples_reproduces_the_run() -> None:
+    """Run a suite, keep only the samples its EPP posted, rebuild, calibrate, replay."""
+    truth, rows = _recorded("mooncake-conversation", 2.0, 120.0, 3)
+    w = build_workload(rows)
+    assert w.pods == ("pod-0", "pod-1", "pod-2")
+    assert w.drawn_outputs < 0.05 * len(w.trace)  # nearly every request paired
+    # The replay's randomness is its own: the original's seed would replay its exact noise.
+    profiles = ["a100-llama3-8b", "h100-llama2-7b"]
+    cal = calibrate(w, "llm-d-322", DEFAULT_SLO, profiles=profiles, seed=1000)
+    assert cal.pod.profile == "a100-llama3-8b"
+    assert cal.error < 0.15
+    replayed = simulate(w.trace, 3, cal.pod, "llm-d-322", DEFAULT_SLO, seed=1000).slo_attainment
+    assert abs(replayed - truth) <= 0.05
+
+
+def test_desired_replicas_is_minimal_on_a_toy_workload() -> None:
+    _, rows = _recorded("azure-code", 3.0, 60.0, 2)
+    w = build_workload(rows)
+    pod = PodModel("a100-llama3-8b")
+    d = desired_replicas(w, pod, "least-request", DEFAULT_SLO, 0.9, max_replicas=8)
+    assert d.met and d.attainment >= 0.9
+    if d.replicas > 1:
+        below = simulate(w.trace, d.replicas - 1, pod, "least-request", DEFAULT_SLO)
+        assert below.slo_attainment < 0.9
+    assert np.all(np.diff([d.evaluated[n] for n in sorted(d.evaluated)]) >= -0.02)
