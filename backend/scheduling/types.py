@@ -131,6 +131,10 @@ class SchedulingPolicy:
     fallback_prefix_weight: float = 1.0
     pd_selection: Literal["greedy", "joint"] = "greedy"  # greedy = upstream: D, then P apart
     expected_output_tokens: int = 256  # joint P/D: decode cost = tokens * predicted TPOT
+    # What the SLO tier filter compares with the TPOT SLO: the mean prediction (upstream) or the
+    # predictor's calibrated p90 where it gives one (a pod is "positive" only if 9 in 10 of its
+    # requests would meet the SLO). Scoring always uses the mean.
+    tpot_tier_quantile: Literal["mean", "p90"] = "mean"
     transfer: TransferConfig = field(default_factory=TransferConfig)
 
     def __post_init__(self) -> None:
@@ -162,6 +166,8 @@ class SchedulingPolicy:
             raise ValueError(f"unknown picker {self.picker!r}")
         if self.pd_selection not in ("greedy", "joint"):
             raise ValueError(f"unknown pd_selection {self.pd_selection!r}")
+        if self.tpot_tier_quantile not in ("mean", "p90"):
+            raise ValueError(f"unknown tpot_tier_quantile {self.tpot_tier_quantile!r}")
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__slots__ if name != "transfer"}
@@ -184,8 +190,12 @@ class SchedulingPolicy:
         return round(1.0 - self.ttft_weight, 12)
 
 
-Predictor = Callable[[Sequence[Candidate], SchedulingRequest], tuple[npt.ArrayLike, npt.ArrayLike]]
-"""Returns (ttft_ms, tpot_ms), one entry per candidate, in order. May raise: the decision then
+Predictor = Callable[
+    [Sequence[Candidate], SchedulingRequest],
+    tuple[npt.ArrayLike, npt.ArrayLike] | tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike | None],
+]
+"""Returns (ttft_ms, tpot_ms), one entry per candidate, in order, optionally with a third array:
+the calibrated TPOT p90 (``tpot_tier_quantile = "p90"`` uses it). May raise: the decision then
 comes from the composite heuristic. A NaN entry means "no prediction for this pod"."""
 
 

@@ -20,7 +20,16 @@ from backend.policies.schemas import ObjectiveCreate, ObjectiveUpdate, PolicySpe
 Kind = Literal["number", "optional_number", "integer", "choice", "flag", "weight"]
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("SLOs", ("mode", "default_ttft_slo_ms", "default_tpot_slo_ms", "slo_buffer_factor")),
+    (
+        "SLOs",
+        (
+            "mode",
+            "default_ttft_slo_ms",
+            "default_tpot_slo_ms",
+            "slo_buffer_factor",
+            "tpot_tier_quantile",
+        ),
+    ),
     ("Scoring", ("strategy", "ttft_weight", "picker", "epsilon_explore_neg", "streaming_mode")),
     (
         "Prefix affinity",
@@ -57,6 +66,7 @@ LABELS = {
     "epsilon_explore_neg": "Exploration into the negative tier",
     "max_ttft_penalty_ms": "Max TTFT penalty for affinity (ms)",
     "slo_buffer_factor": "TPOT SLO buffer factor",
+    "tpot_tier_quantile": "TPOT the SLO tier compares",
     "pd_selection": "P/D selection",
     "kv_bytes_per_token": "KV bytes per token",
     "fallback_kv_weight": "Weight of free KV",

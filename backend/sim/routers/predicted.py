@@ -82,7 +82,10 @@ class PredictedLatency(RoutingPolicy):
         self._names: list[str] = []
         self._pods: list[int] = []
         self._cols: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
-        self._pred: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+        # (TTFT, TPOT, calibrated TPOT p90: NaN where the predictor has none), per candidate.
+        self._pred: (
+            tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]] | None
+        ) = None
         self.decisions = 0
         self.fallbacks = 0
         self.shed = 0
@@ -111,21 +114,25 @@ class PredictedLatency(RoutingPolicy):
 
     def _predict(
         self, candidates: object, request: object
-    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         # The library calls back with the candidates it was given, in order: the columns were
         # built for exactly those when the candidates were.
         if len(self.predictors) == 1:
-            self._pred = next(iter(self.predictors.values())).predict(self._cols)
+            predictor = next(iter(self.predictors.values()))
+            ttft, tpot = predictor.predict(self._cols)
+            self._pred = (ttft, tpot, predictor.tpot_p90(self._cols, tpot))
             return self._pred
         classes = [self._class_of[p] for p in self._pods]
         ttft = np.empty(len(classes))
         tpot = np.empty(len(classes))
+        p90 = np.empty(len(classes))
         for key, predictor in self.predictors.items():
             mask = np.asarray([c == key for c in classes])
             if mask.any():
                 sub = {name: col[mask] for name, col in self._cols.items()}
                 ttft[mask], tpot[mask] = predictor.predict(sub)
-        self._pred = (ttft, tpot)
+                p90[mask] = predictor.tpot_p90(sub, tpot[mask])
+        self._pred = (ttft, tpot, p90)
         return self._pred
 
     def _ready(self) -> bool:
@@ -189,6 +196,7 @@ class PredictedLatency(RoutingPolicy):
             uncached=round(req.prompt * (1.0 - prefix[p])),
             ttft_ms=float(self._pred[0][p]) if pred_ok and self._pred else math.nan,
             tpot_ms=float(self._pred[1][d]) if pred_ok and self._pred else math.nan,
+            tpot_p90_ms=float(self._pred[2][d]) if pred_ok and self._pred else math.nan,
             ttft_row=rows[p],
             tpot_row=rows[d],
         )
