@@ -50,7 +50,7 @@ def test_too_few_rows_give_no_calibration_and_thin_bands_merge() -> None:
 def test_a_trained_model_serves_its_p90_with_the_version() -> None:
     data = sample_rows(3000, np.random.default_rng(0), load_profile("a100-llama3-8b"))
     is_test = np.random.default_rng(1).random(3000) < 0.2
-    result = train_target("tpot", data, data["tpot_true_ms"], is_test, kind="hybrid")
+    result = train_target("tpot", data, data["actual_tpot_ms"], is_test, kind="hybrid")
     model = result.model
     assert model.calibration is not None and model.calibration.n == result.n_test
     restored = load_model(model.to_artifact())
@@ -58,5 +58,5 @@ def test_a_trained_model_serves_its_p90_with_the_version() -> None:
     X = feature_matrix("tpot", data)
     upper = restored.predict_upper(X)
     assert upper is not None
-    covered = float(np.mean(data["tpot_true_ms"][is_test] <= upper[is_test]))
+    covered = float(np.mean(data["actual_tpot_ms"][is_test] <= upper[is_test]))
     assert 0.85 <= covered <= 0.95
