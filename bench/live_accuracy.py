@@ -105,7 +105,10 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "share_pct": _stats([c.get("share_pct") for c in coverage]),
             "by_load_decile_pct": [
                 _stats(list(col))["mean"]
-                for col in zip(*[c.get("by_load_decile_pct", []) for c in coverage], strict=False)
+                for col in zip(
+                    *[c["by_load_decile_pct"] for c in coverage if "by_load_decile_pct" in c],
+                    strict=False,
+                )
             ],
         }
     return out
