@@ -80,6 +80,13 @@ class TrainingSettings(BaseModel):
         "router sends back, on rows newer than its training) exceeds this multiple of its "
         "held-out error, the next candidate replaces it regardless of the comparison.",
     )
+    gate_high_load_bias_limit: float | None = Field(
+        None,
+        gt=0,
+        description="Drift also when the active model's live median bias on its highest-load "
+        "rows (top decile by requests running + waiting) is beyond this fraction either way; "
+        "unset: off. Near saturation the predictor errs optimistic first.",
+    )
     outlier_factor: float = Field(
         3.0,
         gt=1,

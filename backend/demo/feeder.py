@@ -55,6 +55,7 @@ from backend.policies.service import (
 )
 from backend.pools.schemas import PoolCreate
 from backend.pools.service import PoolNotFound, create_pool, get_pool
+from backend.predictor.regressors import LatencyModel
 from backend.predictor.serving import ModelStore, ServedModel
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
@@ -175,6 +176,10 @@ class ServedModels(OnlinePredictor):
         if tpot is None:  # as the service answers a pool without a TPOT model
             return ttft_ms, np.zeros_like(ttft_ms)
         return ttft_ms, np.asarray(tpot.predict("tpot", cols), dtype=np.float64)
+
+    def tpot_model(self) -> LatencyModel | None:
+        tpot = self._models[1] if self._models is not None else None
+        return None if tpot is None else tpot.model
 
 
 class ServedRouting(PredictedLatency):

@@ -118,6 +118,12 @@ class PolicySpec(BaseModel):
         le=1_000_000,
         description="Joint P/D: decode cost = tokens x predicted TPOT.",
     )
+    tpot_tier_quantile: Literal["mean", "p90"] = Field(
+        "mean",
+        description="What the SLO tier filter compares with the TPOT SLO: the mean prediction "
+        "(upstream) or the calibrated p90 (a pod is in the positive tier only if about 9 in 10 "
+        "of its requests would meet the SLO). Scoring always uses the mean.",
+    )
     kv_bytes_per_token: int = Field(
         _TRANSFER.kv_bytes_per_token,
         ge=1,

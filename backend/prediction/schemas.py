@@ -65,6 +65,12 @@ class ModelRef(BaseModel):
 class Prediction(BaseModel):
     ttft_ms: float
     tpot_ms: float
+    tpot_p90_ms: float | None = Field(
+        None,
+        description="Calibrated 90th percentile of the TPOT (the mean times the held-out "
+        "90th percentile of actual/predicted in the row's load band); null when the active "
+        "TPOT version has none (too few held-out rows, or no TPOT model).",
+    )
 
 
 class PredictResponse(Prediction):

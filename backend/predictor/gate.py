@@ -46,11 +46,21 @@ class GateRules:
     for being above most labels, which is its job)."""
     drift_factor: float = 2.0
     """Live error above this multiple of the active model's held-out error is drift."""
+    high_load_bias_limit: float | None = None
+    """Drift also when the live median bias in the top load decile (`high_load_bias`) exceeds
+    this in absolute value (a fraction; None: off). Near saturation the predictor is optimistic
+    first, where admission and saturation detection need it most."""
 
     @classmethod
     def from_settings(cls, t: TrainingSettings) -> GateRules:
         quantile = t.quantile if t.objective == "quantile" else None
-        return cls(t.gate_tolerance, t.gate_min_test, quantile, t.gate_drift_factor)
+        return cls(
+            t.gate_tolerance,
+            t.gate_min_test,
+            quantile,
+            t.gate_drift_factor,
+            t.gate_high_load_bias_limit,
+        )
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,59 @@ def live_error(labels: npt.ArrayLike, predicted: npt.ArrayLike) -> LiveError | N
     if not keep.any():
         return None
     return LiveError(int(keep.sum()), float(np.mean(np.abs(pred[keep] - true[keep]) / true[keep])))
+
+
+@dataclass(frozen=True)
+class HighLoadBias:
+    """The live median bias of the predictions made at the highest loads."""
+
+    n: int
+    median_bias: float
+    """Signed median of (pred - true) / true on the top rows: negative is optimistic."""
+    load_min: float
+    """The lowest load among the rows scored."""
+
+
+def high_load_bias(
+    loads: npt.ArrayLike,
+    actual: npt.ArrayLike,
+    predicted: npt.ArrayLike,
+    top_share: float = 0.1,
+    min_rows: int = 10,
+) -> HighLoadBias | None:
+    """Median bias of the predictions in the top ``top_share`` of rows by load (the top load
+    decile by default), e.g. loads = requests running + waiting on the pod at dispatch.
+
+    Rows without a usable prediction or label (NaN, <= 0) are skipped. Rows are ranked by load
+    with ties broken by order (as the simulator's per-decile report does), so a load shared by
+    many rows still yields a full top group. None below ``min_rows`` scored rows. Pure; shared
+    by the gate's drift rule, the simulator's reports and the per-version figures served."""
+    if not 0.0 < top_share <= 1.0:
+        raise ValueError("top_share must be in (0, 1]")
+    load = np.asarray(loads, dtype=np.float64).reshape(-1)
+    true = np.asarray(actual, dtype=np.float64).reshape(-1)
+    pred = np.asarray(predicted, dtype=np.float64).reshape(-1)
+    if not load.shape == true.shape == pred.shape:
+        raise ValueError("loads, actual and predicted must have the same length")
+    keep = np.isfinite(load) & np.isfinite(pred) & (pred > 0) & np.isfinite(true) & (true > 0)
+    load, true, pred = load[keep], true[keep], pred[keep]
+    top = math.ceil(top_share * load.size)
+    if top < min_rows:
+        return None
+    rows = np.argsort(load, kind="stable")[-top:]
+    rel = (pred[rows] - true[rows]) / true[rows]
+    return HighLoadBias(int(top), float(np.median(rel)), float(load[rows].min()))
+
+
+def high_load_drift(bias: HighLoadBias | None, rules: GateRules) -> str | None:
+    """Drift when the top load decile's live median bias is beyond the rules' limit."""
+    limit = rules.high_load_bias_limit
+    if bias is None or limit is None or abs(bias.median_bias) <= limit:
+        return None
+    return (
+        f"drift: live median bias {bias.median_bias:+.4f} on the {bias.n} highest-load rows "
+        f"(load >= {bias.load_min:g}) beyond {limit:g}"
+    )
 
 
 def drift(
@@ -300,6 +363,15 @@ def train_round(
             since = use & (rows.ids > active.max_id)
             drifted = drift(
                 live_error(labels[since], rows.predicted[since]), active.held_out_mape, rules
+            ) or high_load_drift(
+                high_load_bias(
+                    np.asarray(rows.cols["num_request_waiting"], dtype=np.float64)[since]
+                    + np.asarray(rows.cols["num_request_running"], dtype=np.float64)[since],
+                    labels[since],
+                    rows.predicted[since],
+                    min_rows=rules.min_test,
+                ),
+                rules,
             )
             if drifted is not None and int(since.sum()) >= rules.min_test:
                 # The rows before the active model's training no longer describe the pods.

@@ -38,6 +38,7 @@ from backend.predictor.artifacts import (
     decode_envelope,
     encode_envelope,
 )
+from backend.predictor.calibration import QuantileCalibration, row_load
 
 Kind = Literal["hybrid", "xgboost"]
 LossObjective = Literal["mean", "quantile"]
@@ -125,6 +126,9 @@ class LatencyModel(ABC):
         self._trees: CompiledTrees | None = None
         # Pod classes seen in training, in code order (see features.pod_class_codes).
         self.classes: tuple[str, ...] = ()
+        # The calibrated upper quantile beside a mean model (set by training when it had
+        # enough held-out rows; see backend/predictor/calibration.py).
+        self.calibration: QuantileCalibration | None = None
 
     @property
     def fitted(self) -> bool:
@@ -136,6 +140,14 @@ class LatencyModel(ABC):
     @abstractmethod
     def predict(self, X: npt.ArrayLike) -> FloatArray:
         """Latency in ms per row of ``X``, float32, never negative."""
+
+    def predict_upper(self, X: npt.ArrayLike) -> FloatArray | None:
+        """The calibrated upper quantile (e.g. p90) per row of ``X``; None without one."""
+        if self.calibration is None:
+            return None
+        m = self._matrix(X)
+        factor = self.calibration.factor(row_load(m, self.feature_names))
+        return (self.predict(m) * factor).astype(np.float32)
 
     def tree_dump(self) -> list[dict[str, Any]]:
         """The booster's trees as XGBoost ``get_dump(dump_format="json")`` objects.
@@ -166,6 +178,7 @@ class LatencyModel(ABC):
             "booster_encoding": encoding,
             "xgboost_version": xgb.__version__,
             "classes": list(self.classes),
+            "calibration": self.calibration.to_dict() if self.calibration else None,
             **self._header_extra(),
         }
         return encode_envelope(header, booster_to_bytes(self._require_booster(), encoding))
@@ -182,6 +195,8 @@ class LatencyModel(ABC):
             raise ArtifactError(f"artifact kind {header.get('kind')!r} is not a {cls.__name__}")
         model = target._empty(header)
         model.classes = tuple(header.get("classes", ()))
+        calibration = header.get("calibration")
+        model.calibration = QuantileCalibration.from_dict(calibration) if calibration else None
         booster = booster_from_bytes(payload)
         model._restore(header, booster)
         return model

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from backend.predictor.calibration import column_load
 from backend.predictor.features import Target
 from backend.predictor.regressors import LatencyModel
 from backend.predictor.training import predict_columns
@@ -57,6 +58,8 @@ class Predictions:
     tpot_ms: npt.NDArray[np.float64]
     ttft: ServedModel
     tpot: ServedModel | None
+    tpot_p90_ms: npt.NDArray[np.float64] | None = None
+    """The TPOT model's calibrated p90 per row; None when the active version has none."""
 
     @property
     def last_model_load(self) -> datetime:
@@ -78,4 +81,8 @@ def predict_both(store: ModelStore, pool: str, cols: Mapping[str, npt.NDArray[An
     n = int(np.shape(cols["input_token_length"])[0])
     ttft_ms = np.asarray(ttft.predict("ttft", cols), dtype=np.float64)
     tpot_ms = np.asarray(tpot.predict("tpot", cols), dtype=np.float64) if tpot else np.zeros(n)
-    return Predictions(ttft_ms, tpot_ms, ttft, tpot)
+    p90 = None
+    if tpot is not None and tpot.model.calibration is not None:
+        # The mean times its load band's factor: no second pass over the trees.
+        p90 = tpot_ms * tpot.model.calibration.factor(column_load(cols))
+    return Predictions(ttft_ms, tpot_ms, ttft, tpot, p90)

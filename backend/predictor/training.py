@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from backend.predictor.calibration import fit_calibration, row_load
 from backend.predictor.evaluation import Metrics, evaluate
 from backend.predictor.features import (
     Columns,
@@ -22,6 +23,9 @@ from backend.predictor.features import (
 from backend.predictor.regressors import Kind, LatencyModel, LossObjective, TrainParams, make_model
 
 __all__ = ["TrainParams", "TrainResult", "train_target"]
+
+UPPER_QUANTILE = 0.9
+"""The quantile a mean model is calibrated for (``LatencyModel.predict_upper``)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,13 @@ def train_target(
     metrics = None
     if test.any():
         scored_quantile = quantile if objective == "quantile" else None
-        metrics = evaluate(labels[test], model.predict(X[test]), quantile=scored_quantile)
+        predicted = model.predict(X[test])
+        metrics = evaluate(labels[test], predicted, quantile=scored_quantile)
+        if objective == "mean":
+            # The calibrated p90 served beside the mean (issue 17): from the held-out rows only.
+            model.calibration = fit_calibration(
+                row_load(X[test], model.feature_names), labels[test], predicted, UPPER_QUANTILE
+            )
     return TrainResult(
         target=target,
         model=model,

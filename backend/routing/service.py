@@ -172,8 +172,9 @@ def decide(
 
     def predictor(
         _: Sequence[Candidate], __: SchedulingRequest
-    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
         p = predict_both(store, pool, columns(list(items)))
-        return p.ttft_ms, p.tpot_ms
+        # The calibrated TPOT p90 rides along; the tier filter reads it when the policy says so.
+        return p.ttft_ms, p.tpot_ms, p.tpot_p90_ms
 
     return schedule(resolved.request, to_candidates(items), policy, predictor)

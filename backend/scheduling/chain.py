@@ -72,7 +72,9 @@ def schedule(
     headroom = (
         None
         if preds.ttft is None or preds.tpot is None
-        else compute_headroom(features, preds.ttft, preds.tpot, request, policy)
+        else compute_headroom(
+            features, preds.ttft, preds.tpot, request, policy, tier_tpot=preds.tier_tpot(policy)
+        )
     )
     state = new_state("default", features, headroom, rng)
     admission = _admission(request, policy, features, state)

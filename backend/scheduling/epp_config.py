@@ -129,5 +129,7 @@ def headroom_only(policy: SchedulingPolicy) -> dict[str, Any]:
         "scorer": policy.scorer,
         "scorer_upstream_equivalent": policy.scorer == "headroom",
         "expected_output_tokens": policy.expected_output_tokens,
+        "tpot_tier_quantile": policy.tpot_tier_quantile,
+        "tpot_tier_quantile_upstream_equivalent": policy.tpot_tier_quantile == "mean",
         "kv_transfer": {name: getattr(t, name) for name in t.__slots__},
     }

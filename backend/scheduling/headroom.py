@@ -28,9 +28,12 @@ def compute_headroom(
     *,
     count_ttft: BoolArray | None = None,
     count_tpot: BoolArray | None = None,
+    tier_tpot: FloatArray | None = None,
 ) -> Headroom:
     """Headroom per pod. ``count_*`` override which pods a dimension counts on (P/D profiles);
-    by default TTFT counts everywhere and TPOT per the streaming / prefill-role rule."""
+    by default TTFT counts everywhere and TPOT per the streaming / prefill-role rule.
+    ``tier_tpot``: the TPOT the tier decision compares with the SLO instead of ``tpot`` (a
+    calibrated p90; NaN entries fall back to ``tpot``); scoring keeps the mean."""
     n = len(features.names)
     if count_ttft is None:
         count_ttft = np.ones(n, dtype=np.bool_)
@@ -60,6 +63,10 @@ def compute_headroom(
     ttft_valid &= has_pred
     tpot_valid &= has_pred
     combined = policy.ttft_weight * ttft_headroom + policy.tpot_weight * tpot_headroom
+    tier_headroom = None
+    if tier_tpot is not None:
+        upper = np.where(np.isfinite(tier_tpot), tier_tpot, tpot)
+        tier_headroom = np.where(has_pred & count_tpot, buffered_per_pod - upper, 0.0)
     return Headroom(
         ttft=ttft,
         tpot=tpot,
@@ -69,4 +76,5 @@ def compute_headroom(
         ttft_valid=ttft_valid,
         tpot_valid=tpot_valid,
         combined=combined,
+        tier_tpot_headroom=tier_headroom,
     )

@@ -79,7 +79,14 @@ def schedule_pd(
             features, preds.ttft, preds.tpot, request, policy, count_ttft=ones, count_tpot=zeros
         )
         hd = compute_headroom(
-            features, preds.ttft, preds.tpot, request, policy, count_ttft=zeros, count_tpot=ones
+            features,
+            preds.ttft,
+            preds.tpot,
+            request,
+            policy,
+            count_ttft=zeros,
+            count_tpot=ones,
+            tier_tpot=preds.tier_tpot(policy),
         )
     d_state = new_state("decode", features, hd, rng)
     p_state = new_state("prefill", features, hp, rng)

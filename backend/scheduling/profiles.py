@@ -84,6 +84,11 @@ class Predictions:
     ttft: FloatArray | None  # None: unavailable, fall back
     tpot: FloatArray | None
     error: str | None
+    tpot_p90: FloatArray | None = None  # the predictor's calibrated p90, when it gives one
+
+    def tier_tpot(self, policy: SchedulingPolicy) -> FloatArray | None:
+        """The TPOT the tier decision compares: the p90 when the policy asks and it exists."""
+        return self.tpot_p90 if policy.tpot_tier_quantile == "p90" else None
 
 
 def predict(
@@ -96,9 +101,12 @@ def predict(
         return Predictions(None, None, "no predictor configured")
     n = len(candidates)
     try:
-        raw_ttft, raw_tpot = predictor(candidates, request)
-        ttft = np.asarray(raw_ttft, dtype=np.float64).reshape(-1)
-        tpot = np.asarray(raw_tpot, dtype=np.float64).reshape(-1)
+        raw = predictor(candidates, request)
+        ttft = np.asarray(raw[0], dtype=np.float64).reshape(-1)
+        tpot = np.asarray(raw[1], dtype=np.float64).reshape(-1)
+        # An optional third array: the calibrated TPOT p90 (None or absent: the mean only).
+        third = raw[2] if len(raw) > 2 else None
+        p90 = None if third is None else np.asarray(third, dtype=np.float64).reshape(-1)
     except Exception as exc:  # a failing predictor must never fail the request
         return Predictions(None, None, f"predictor failed: {type(exc).__name__}: {exc}")
     if ttft.shape != (n,) or tpot.shape != (n,):
@@ -107,8 +115,15 @@ def predict(
         )
     if not np.isfinite(ttft).any():
         return Predictions(None, None, "predictor returned no finite TTFT")
+    if p90 is not None and p90.shape != (n,):
+        p90 = None  # a malformed optional extra is ignored, not a reason to fall back
     # Clipped at 0 as upstream's prediction server does; NaN stays "no prediction for this pod".
-    return Predictions(np.maximum(ttft, 0.0), np.maximum(tpot, 0.0), None)
+    return Predictions(
+        np.maximum(ttft, 0.0),
+        np.maximum(tpot, 0.0),
+        None,
+        None if p90 is None else np.maximum(p90, 0.0),
+    )
 
 
 def _opt(x: float) -> float | None:

@@ -75,6 +75,9 @@ class Headroom:
     ttft_valid: BoolArray
     tpot_valid: BoolArray
     combined: FloatArray  # ttft_weight * ttft_headroom + tpot_weight * tpot_headroom
+    tier_tpot_headroom: FloatArray | None = None
+    """TPOT headroom the tier decision uses when it differs from ``tpot_headroom`` (the policy's
+    ``tpot_tier_quantile = "p90"``: SLO minus the calibrated p90)."""
 
     @property
     def valid(self) -> BoolArray:
@@ -82,7 +85,8 @@ class Headroom:
 
     @property
     def positive(self) -> BoolArray:
-        return self.has_pred & (self.ttft_headroom >= 0) & (self.tpot_headroom >= 0)
+        tpot = self.tpot_headroom if self.tier_tpot_headroom is None else self.tier_tpot_headroom
+        return self.has_pred & (self.ttft_headroom >= 0) & (tpot >= 0)
 
 
 @dataclass(slots=True)

@@ -142,6 +142,10 @@ class SchedulingPolicy:
     # causes to running (TPOT) and queued (TTFT) requests; the _tpot/_queue variants are its
     # ablations. Headroom-only: an EPP running the exported config scores by headroom.
     scorer: Scorer = "headroom"
+    # What the SLO tier filter compares with the TPOT SLO: the mean prediction (upstream) or the
+    # predictor's calibrated p90 where it gives one (a pod is "positive" only if 9 in 10 of its
+    # requests would meet the SLO). Scoring always uses the mean.
+    tpot_tier_quantile: Literal["mean", "p90"] = "mean"
     transfer: TransferConfig = field(default_factory=TransferConfig)
 
     def __post_init__(self) -> None:
@@ -175,6 +179,8 @@ class SchedulingPolicy:
             raise ValueError(f"unknown pd_selection {self.pd_selection!r}")
         if self.scorer not in SCORERS:
             raise ValueError(f"unknown scorer {self.scorer!r}")
+        if self.tpot_tier_quantile not in ("mean", "p90"):
+            raise ValueError(f"unknown tpot_tier_quantile {self.tpot_tier_quantile!r}")
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__slots__ if name != "transfer"}
@@ -197,8 +203,12 @@ class SchedulingPolicy:
         return round(1.0 - self.ttft_weight, 12)
 
 
-Predictor = Callable[[Sequence[Candidate], SchedulingRequest], tuple[npt.ArrayLike, npt.ArrayLike]]
-"""Returns (ttft_ms, tpot_ms), one entry per candidate, in order. May raise: the decision then
+Predictor = Callable[
+    [Sequence[Candidate], SchedulingRequest],
+    tuple[npt.ArrayLike, npt.ArrayLike] | tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike | None],
+]
+"""Returns (ttft_ms, tpot_ms), one entry per candidate, in order, optionally with a third array:
+the calibrated TPOT p90 (``tpot_tier_quantile = "p90"`` uses it). May raise: the decision then
 comes from the composite heuristic. A NaN entry means "no prediction for this pod"."""
 
 

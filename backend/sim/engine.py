@@ -115,6 +115,8 @@ class SimResult:
     transfer_ms: FloatArray
     predicted_ttft_ms: FloatArray
     predicted_tpot_ms: FloatArray
+    predicted_tpot_p90_ms: FloatArray
+    """The calibrated TPOT p90 routing had for the chosen pod (NaN: none)."""
     floor_ttft_ms: FloatArray
     """The present-state floor's TTFT (from arrival) where sampled, else NaN."""
     floor_tpot_ms: FloatArray
@@ -163,7 +165,27 @@ class SimResult:
                     only = np.where(sampled, rel, np.nan)
                     row["live_sampled"] = _error_stats(only, self.dispatch_load, deciles)
             out[target] = row
+        out["tpot_p90_coverage"] = _coverage_stats(
+            self.predicted_tpot_p90_ms, self.tpot_ms, self.dispatch_load, deciles
+        )
         return out
+
+
+def _coverage_stats(
+    upper: FloatArray, actual: FloatArray, load: npt.NDArray[np.int64], deciles: int
+) -> dict[str, Any]:
+    """Share of actuals at or under a predicted upper quantile, overall and per load decile
+    (target for a p90: 85-95 % in every decile)."""
+    ok = np.isfinite(upper) & (upper > 0) & np.isfinite(actual) & (actual > 0)
+    under, lo = actual[ok] <= upper[ok], load[ok]
+    if under.size < deciles:
+        return {"n": int(under.size)}
+    groups = np.array_split(np.argsort(lo, kind="stable"), deciles)
+    return {
+        "n": int(under.size),
+        "share_pct": round(100.0 * float(under.mean()), 1),
+        "by_load_decile_pct": [round(100.0 * float(under[g].mean()), 1) for g in groups],
+    }
 
 
 def _relative_error(estimate: FloatArray, actual: FloatArray) -> FloatArray:
@@ -478,6 +500,7 @@ class Simulation:
             transfer_ms=self._transfer,
             predicted_ttft_ms=np.asarray([nan if r is None else r.ttft_ms for r in routes]),
             predicted_tpot_ms=np.asarray([nan if r is None else r.tpot_ms for r in routes]),
+            predicted_tpot_p90_ms=np.asarray([nan if r is None else r.tpot_p90_ms for r in routes]),
             floor_ttft_ms=self._floor_ttft,
             floor_tpot_ms=self._floor_tpot,
             dispatch_load=self._load,

@@ -21,6 +21,7 @@ import numpy.typing as npt
 import xgboost as xgb
 
 from backend.predictor import gate
+from backend.predictor.calibration import column_load
 from backend.predictor.features import Target, feature_matrix
 from backend.predictor.regressors import Kind, LatencyModel, TrainParams, default_params
 from backend.predictor.window import WindowSpec
@@ -197,6 +198,18 @@ class OnlinePredictor:
             return ttft, np.zeros_like(ttft)
         tpot = np.asarray(tpot_model.predict(feature_matrix("tpot", cols)), dtype=np.float64)
         return ttft, tpot
+
+    def tpot_model(self) -> LatencyModel | None:
+        return self.models["tpot"]
+
+    def tpot_p90(
+        self, cols: dict[str, npt.NDArray[np.float64]], tpot: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        """The calibrated TPOT p90 for rows whose mean is ``tpot``; NaN without a calibration."""
+        model = self.tpot_model()
+        if model is None or model.calibration is None:
+            return np.full(len(tpot), np.nan)
+        return tpot * model.calibration.factor(column_load(cols))
 
     def summary(self) -> dict[str, Any]:
         fits = [r for r in self.history]

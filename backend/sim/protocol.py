@@ -42,7 +42,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from backend.scheduling.types import TransferConfig
-from backend.sim.engine import SimConfig, Simulation, max_context
+from backend.sim.engine import SimConfig, SimResult, Simulation, max_context
 from backend.sim.gpu import load_profile
 from backend.sim.pool import PodSpec, build_pool
 from backend.sim.report import summarize
@@ -283,8 +283,8 @@ def trace_length(suite: Suite) -> int:
     return len(_full(suite))
 
 
-def run_job(job: Job) -> dict[str, Any]:
-    """Run one simulation; the per-run figures the protocol aggregates."""
+def simulate(job: Job) -> SimResult:
+    """Run one simulation: the job's slice, pool, policy, seed and simulator options."""
     pool = list(_pool(job.suite))
     transfer = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
     slo = Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms)
@@ -295,7 +295,12 @@ def run_job(job: Job) -> dict[str, Any]:
         policy,
         SimConfig(slo, seed=job.seed, transfer=transfer, **dict(job.sim)),
     )
-    r = summarize(sim.run(), slo)
+    return sim.run()
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Run one simulation; the per-run figures the protocol aggregates."""
+    r = summarize(simulate(job), Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms))
     return {
         "slo_attainment": r["slo_attainment"],
         "ttft_p50_ms": r["ttft_ms"]["p50"],

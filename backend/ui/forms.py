@@ -28,6 +28,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "default_tpot_slo_ms",
             "slo_buffer_factor",
             "target_slo_attainment",
+            "tpot_tier_quantile",
         ),
     ),
     (
@@ -70,6 +71,7 @@ LABELS = {
     "max_ttft_penalty_ms": "Max TTFT penalty for affinity (ms)",
     "slo_buffer_factor": "TPOT SLO buffer factor",
     "target_slo_attainment": "Target SLO attainment (desired replicas)",
+    "tpot_tier_quantile": "TPOT the SLO tier compares",
     "pd_selection": "P/D selection",
     "kv_bytes_per_token": "KV bytes per token",
     "fallback_kv_weight": "Weight of free KV",

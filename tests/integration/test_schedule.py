@@ -204,3 +204,31 @@ def test_interference_scorer_is_a_policy_option_and_headroom_only(trained: TestC
     export = trained.get(f"/v1/policies/{pid}/epp-config").text
     assert "#   scorer: interference" in export
     assert "#   scorer_upstream_equivalent: False" in export
+
+
+def test_the_tier_can_compare_the_served_tpot_p90_with_the_slo(trained: TestClient) -> None:
+    pods = [pod(f"p{i}", num_request_running=4 * i, kv_cache_percentage=0.05 * i) for i in range(8)]
+    rows = [
+        {**{k: v for k, v in p.items() if k != "name"}, "num_tokens_generated": 1} for p in pods
+    ]
+    answer = trained.post("/v1/predict/bulk", json={"requests": rows})
+    assert answer.status_code == 200, answer.text
+    served = answer.json()["predictions"]
+    mean = np.array([p["tpot_ms"] for p in served])
+    p90 = np.array([p["tpot_p90_ms"] for p in served])
+    # An SLO every pod's mean meets but the busiest pod's p90 does not.
+    slo = float((mean.max() + p90[int(mean.argmax())]) / 2)
+    assert mean.max() < slo < p90.max()
+
+    def tiers() -> dict[str, str]:
+        out = schedule(trained, pods, ttft_slo_ms=1e6, tpot_slo_ms=slo)
+        return {c["name"]: c["tier"] for c in out["decision"]["candidates"]}
+
+    assert set(tiers().values()) == {"positive"}  # default: upstream's mean
+    r = trained.put(f"/v1/policies/{policy_id(trained)}", json={"tpot_tier_quantile": "p90"})
+    assert r.status_code == 200, r.text
+    by_p90 = tiers()
+    assert by_p90[f"p{int(mean.argmax())}"] == "negative"
+    assert {by_p90[f"p{i}"] for i in range(8) if p90[i] < slo} == {"positive"}
+    bad = trained.put(f"/v1/policies/{policy_id(trained)}", json={"tpot_tier_quantile": "p99"})
+    assert bad.status_code == 422

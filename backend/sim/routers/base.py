@@ -27,6 +27,7 @@ class Route:
     uncached: int = 0  # the router's estimate of the prompt tokens the (prefill) pod computes
     ttft_ms: float = math.nan  # predicted for the chosen pod(s)
     tpot_ms: float = math.nan
+    tpot_p90_ms: float = math.nan  # the calibrated p90, where the predictor has one
     ttft_row: Row | None = None  # wire features behind the prediction: the training sample
     tpot_row: Row | None = None
 

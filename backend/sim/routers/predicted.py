@@ -99,7 +99,10 @@ class PredictedLatency(RoutingPolicy):
         self._names: list[str] = []
         self._pods: list[int] = []
         self._cols: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
-        self._pred: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+        # (TTFT, TPOT, calibrated TPOT p90: NaN where the predictor has none), per candidate.
+        self._pred: (
+            tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]] | None
+        ) = None
         self._candidates: list[Candidate] = []
         self.decisions = 0
         self.fallbacks = 0
@@ -129,7 +132,7 @@ class PredictedLatency(RoutingPolicy):
 
     def _predict(
         self, candidates: Sequence[Candidate], request: object
-    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         # The library calls back with the candidates it was given, in order: the columns were
         # built for exactly those when the candidates were. Any other list (the interference
         # scorer's counterfactual pods) is predicted from its own wire fields and not remembered
@@ -142,18 +145,22 @@ class PredictedLatency(RoutingPolicy):
 
     def _predict_cols(
         self, cols: dict[str, np.ndarray[Any, np.dtype[np.float64]]]
-    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         if len(self.predictors) == 1:
-            return next(iter(self.predictors.values())).predict(cols)
+            predictor = next(iter(self.predictors.values()))
+            ttft, tpot = predictor.predict(cols)
+            return ttft, tpot, predictor.tpot_p90(cols, tpot)
         classes = [self._class_of[p] for p in self._pods]
         ttft = np.empty(len(classes))
         tpot = np.empty(len(classes))
+        p90 = np.full(len(classes), np.nan)
         for key, predictor in self.predictors.items():
             mask = np.asarray([c == key for c in classes])
             if mask.any():
                 sub = {name: col[mask] for name, col in cols.items()}
                 ttft[mask], tpot[mask] = predictor.predict(sub)
-        return ttft, tpot
+                p90[mask] = predictor.tpot_p90(sub, tpot[mask])
+        return ttft, tpot, p90
 
     def _ready(self) -> bool:
         return all(p.ready() for p in self.predictors.values())
@@ -217,6 +224,7 @@ class PredictedLatency(RoutingPolicy):
             uncached=round(req.prompt * (1.0 - prefix[p])),
             ttft_ms=float(self._pred[0][p]) if pred_ok and self._pred else math.nan,
             tpot_ms=float(self._pred[1][d]) if pred_ok and self._pred else math.nan,
+            tpot_p90_ms=float(self._pred[2][d]) if pred_ok and self._pred else math.nan,
             ttft_row=rows[p],
             tpot_row=rows[d],
         )

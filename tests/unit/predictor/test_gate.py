@@ -95,3 +95,29 @@ def test_a_shift_is_a_regime_only_after_it_held_over_rounds_and_time() -> None:
     assert gate.established(gate.next_shift(s, 0.7, now=61, rules=rules), 61, rules)
     # A round of ordinary rows ends it: the burst has passed.
     assert gate.next_shift(s, 0.1, now=61, rules=rules) == Shift(None, 0)
+
+
+def test_high_load_bias_is_the_median_bias_of_the_busiest_decile() -> None:
+    loads = np.arange(100, dtype=np.float64)
+    actual = np.full(100, 100.0)
+    # Accurate at low load, 30 % optimistic on the 10 busiest rows.
+    predicted = np.where(loads >= 90, 70.0, 100.0)
+    bias = gate.high_load_bias(loads, actual, predicted)
+    assert bias is not None and bias.n == 10 and bias.load_min == 90
+    assert bias.median_bias == pytest.approx(-0.3)
+    # Rows without a prediction are skipped: the busiest 10 scored rows are now loads 85-94.
+    predicted[95:] = np.nan
+    bias = gate.high_load_bias(loads, actual, predicted)
+    assert bias is not None and bias.load_min == 85 and bias.median_bias == pytest.approx(-0.15)
+    # Too few rows cannot be judged.
+    assert gate.high_load_bias(loads[:50], actual[:50], predicted[:50]) is None
+    with pytest.raises(ValueError):
+        gate.high_load_bias(loads, actual[:5], predicted)
+
+
+def test_an_optimistic_top_decile_is_drift_only_when_the_rule_is_on() -> None:
+    bias = gate.HighLoadBias(n=40, median_bias=-0.2, load_min=12)
+    assert gate.high_load_drift(bias, GateRules()) is None
+    reason = gate.high_load_drift(bias, GateRules(high_load_bias_limit=0.1))
+    assert reason is not None and reason.startswith("drift: live median bias -0.2000")
+    assert gate.high_load_drift(bias, GateRules(high_load_bias_limit=0.25)) is None

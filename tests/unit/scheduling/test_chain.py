@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
@@ -255,3 +256,30 @@ def test_policy_round_trips_through_json() -> None:
     assert data["transfer"]["same_rack_gbps"] == 40
     assert SchedulingPolicy.from_dict(data) == policy
     assert SchedulingPolicy.from_dict({}) == SchedulingPolicy()
+
+
+def test_the_tier_can_compare_the_tpot_p90_with_the_slo() -> None:
+    """tpot_tier_quantile: both pods' mean TPOT meets the 50 ms SLO, but y's p90 does not; with
+    "p90" the tier filter keeps x alone, with the default (upstream's mean) both stay."""
+    pods = [pod("x"), pod("y")]
+
+    def with_p90(
+        candidates: Sequence[Candidate], request: SchedulingRequest
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = len(candidates)
+        ttft = np.full(n, 100.0)
+        tpot = np.full(n, 40.0)
+        p90 = np.array([45.0 if c.name == "x" else 70.0 for c in candidates])
+        return ttft, tpot, p90
+
+    mean = dataclasses.replace(DETERMINISTIC, picker="best_fit")
+    upper = dataclasses.replace(mean, tpot_tier_quantile="p90")
+    assert removed(mean, pods, with_p90) == {"x": None, "y": None}
+    assert removed(upper, pods, with_p90) == {"x": None, "y": "slo-headroom-tier-filter"}
+    # A predictor without a p90 leaves the p90 policy deciding on the mean.
+    assert removed(upper, pods, fixed({"x": 100.0, "y": 100.0}, {"x": 40.0, "y": 40.0})) == {
+        "x": None,
+        "y": None,
+    }
+    with pytest.raises(ValueError):
+        SchedulingPolicy(tpot_tier_quantile="p99")  # type: ignore[arg-type]
