@@ -59,6 +59,7 @@ from backend.sim.routers import (
     make_policy,
     variants,
 )
+from backend.sim.routers.base import RoutingPolicy
 from backend.sim.traces.loader import TRACE_NAMES, TenantModel, Trace, load_trace
 from backend.sim.view import Slo
 
@@ -285,14 +286,33 @@ def trace_length(suite: Suite) -> int:
 def run_job(job: Job) -> dict[str, Any]:
     """Run one simulation; the per-run figures the protocol aggregates."""
     pool = list(_pool(job.suite))
-    transfer = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
     slo = Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms)
-    policy = make_policy(job.policy, transfer, job.seed, dict(job.options))
-    sim = Simulation(
+    return simulate(
         arrivals(job),
         pool,
-        policy,
-        SimConfig(slo, seed=job.seed, transfer=transfer, **dict(job.sim)),
+        slo,
+        lambda transfer: make_policy(job.policy, transfer, job.seed, dict(job.options)),
+        job.seed,
+        dict(job.sim),
+    )
+
+
+def simulate(
+    trace: Trace,
+    pool: list[PodSpec],
+    slo: Slo,
+    policy_of: Callable[[TransferConfig], RoutingPolicy],
+    seed: int,
+    sim_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One simulation of ``trace`` on ``pool`` with the policy ``policy_of`` builds for the pool's
+    model; the per-run figures (the protocol's, and the advisor's on any workload)."""
+    transfer = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
+    sim = Simulation(
+        trace,
+        pool,
+        policy_of(transfer),
+        SimConfig(slo, seed=seed, transfer=transfer, **dict(sim_options or {})),
     )
     r = summarize(sim.run(), slo)
     return {
