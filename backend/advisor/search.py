@@ -189,6 +189,8 @@ def _figures(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     return {
         "slo_attainment": stats("slo_attainment"),
+        # Replicate by replicate (part i + 1, seed i): for slice-by-slice comparisons.
+        "slo_attainment_runs": [r["slo_attainment"] for r in runs],
         "ttft_p90_ms": stats("ttft_p90_ms"),
         "tpot_p90_ms": stats("tpot_p90_ms"),
     }
