@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from backend import logs, migrate
+from backend.advisor.router import router as advisor_router
 from backend.background import start_background
 from backend.capacity.metrics import CapacityCollector
 from backend.capacity.router import router as capacity_router
@@ -73,6 +74,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             console.stop()
             background.stop()
+            if "advisor" in vars(runtime):  # started only if someone asked for advice
+                runtime.advisor.stop()
             if runtime.ingest_pool is not None:
                 await run_in_threadpool(runtime.ingest_pool.close)
             telemetry.registry.unregister(collector)
@@ -121,6 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         policies_router,
         routing_router,
         capacity_router,
+        advisor_router,
     ):
         app.include_router(router, responses=ERROR_RESPONSES)
 

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from backend.advisor.service import make_advisor
 from backend.auth.tokens import TokenCache
 from backend.capacity.service import CapacityMonitor
 from backend.pools.schemas import POOL_NAME_PATTERN
@@ -27,6 +28,7 @@ from backend.samples.offload import IngestPool
 from backend.samples.ratelimit import IngestLimiter
 from backend.settings import Settings
 from backend.telemetry import Telemetry
+from backend.whatif.runner import WhatIfRunner
 
 
 @dataclass
@@ -65,6 +67,11 @@ class Runtime:
             local = LocalNotifier()
             local.subscribe(self.sync)
             self.notifier = local
+
+    @cached_property
+    def advisor(self) -> WhatIfRunner:
+        # Made on first use: a process that never advises starts no thread (stopped at shutdown).
+        return make_advisor(self.settings)
 
     @cached_property
     def ingest_limiter(self) -> IngestLimiter:

@@ -227,6 +227,27 @@ class UISettings(BaseModel):
     )
 
 
+class AdvisorSettings(BaseModel):
+    """The advisor's search budget (backend/advisor/): what one advice job simulates."""
+
+    requests: int = Field(
+        1000,
+        ge=10,
+        le=20000,
+        description="Requests per trace part (each simulation replays one part); the screening "
+        "round runs about 20 candidates on one part.",
+    )
+    seeds: int = Field(
+        3, ge=1, le=10, description="Seeds, and held-out parts (part i with seed i)."
+    )
+    survivors: int = Field(
+        6, ge=1, le=50, description="EPP-expressible candidates kept after the screening round."
+    )
+    finalists: int = Field(
+        3, ge=1, le=20, description="Candidates ranked on the held-out parts (plus references)."
+    )
+
+
 class CapacitySettings(BaseModel):
     """Saturation of each pool, computed from the samples the EPP posts (backend/capacity)."""
 
@@ -368,6 +389,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     ui: UISettings = Field(default_factory=UISettings)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
+    advisor: AdvisorSettings = Field(default_factory=AdvisorSettings)
 
     @property
     def is_sqlite(self) -> bool:

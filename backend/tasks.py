@@ -18,6 +18,7 @@ from backend.settings import Settings
 TRAIN = "headroom.train"
 SIMULATE = "headroom.simulate"
 WHATIF = "headroom.whatif"
+ADVICE = "headroom.advice"
 
 # Imported by Celery when a worker starts; the API and beat never import them.
 WORKER_MODULES = ("workers.tasks",)

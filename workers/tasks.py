@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from celery import Task, shared_task
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.advisor import service as advisor
 from backend.db import make_engine, make_sessionmaker
 from backend.periodic import PERIODIC_JOBS, JobContext, PeriodicJob
 from backend.registry.failures import RedisFailures
@@ -24,7 +25,7 @@ from backend.registry.notify import RedisNotifier
 from backend.registry.trainer import Trainer
 from backend.samples.models import TargetCode
 from backend.settings import Settings
-from backend.tasks import SIMULATE, TRAIN, WHATIF, settings_of
+from backend.tasks import ADVICE, SIMULATE, TRAIN, WHATIF, settings_of
 from backend.whatif.runner import run_in_worker
 
 TaskFunction = TypeVar("TaskFunction", bound=Callable[..., object])
@@ -102,6 +103,13 @@ def whatif(self: Task, job_id: str) -> None:
     """Simulate an edited policy against the active one, for the console (backend/whatif/: the
     job record, its progress and its result live in Redis, where every replica reads them)."""
     run_in_worker(settings_of(self.app), job_id)
+
+
+@celery_task(ADVICE)
+def advice(self: Task, job_id: str) -> None:
+    """Search the routing configs an EPP can express for a pool (backend/advisor/: the record,
+    its progress and its ranking live in Redis, where every replica reads them)."""
+    advisor.run_in_worker(settings_of(self.app), job_id)
 
 
 @celery_task(SIMULATE, ignore_result=False)

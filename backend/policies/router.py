@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Body, Query, Response, status
+from fastapi import Path as PathParam
 from pydantic import BaseModel, Field, ValidationError
 
 from backend.auth.deps import ActorDep, EditorDep
@@ -27,7 +28,7 @@ from backend.registry.service import pool_names
 router = APIRouter(tags=["policies"])
 
 
-def _read(policy: Policy, names: dict[int, str]) -> PolicyRead:
+def read_policy(policy: Policy, names: dict[int, str]) -> PolicyRead:
     return PolicyRead(
         id=policy.id,
         pool=names[policy.pool_id],
@@ -42,7 +43,7 @@ def _read(policy: Policy, names: dict[int, str]) -> PolicyRead:
 def list_policies(session: SessionDep, _: ActorDep) -> list[PolicyRead]:
     """Every pool's policy."""
     names = pool_names(session)
-    return [_read(p, names) for p in service.list_policies(session)]
+    return [read_policy(p, names) for p in service.list_policies(session)]
 
 
 @router.post("/v1/policies", response_model=PolicyRead, status_code=status.HTTP_201_CREATED)
@@ -53,12 +54,12 @@ def create_policy(
     pool_id = runtime.pools.resolve(session, body.pool)
     spec = PolicySpec.model_validate(body.model_dump(exclude={"pool"}))
     policy = service.add_policy(session, runtime.policy_cache, pool_id, spec, actor)
-    return _read(policy, pool_names(session))
+    return read_policy(policy, pool_names(session))
 
 
 @router.get("/v1/policies/{policy_id}", response_model=PolicyRead)
 def get_policy(policy_id: IdPath, session: SessionDep, _: ActorDep) -> PolicyRead:
-    return _read(service.get_policy(session, policy_id), pool_names(session))
+    return read_policy(service.get_policy(session, policy_id), pool_names(session))
 
 
 @router.put(
@@ -86,7 +87,7 @@ def update_policy(
         )
     except ValidationError as exc:  # e.g. null for a field that must have a value
         raise as_request_error(exc) from None
-    return _read(policy, pool_names(session))
+    return read_policy(policy, pool_names(session))
 
 
 @router.get("/v1/policies/{policy_id}/history", response_model=list[PolicyChange])
@@ -123,7 +124,29 @@ def restore_policy(
     policy = service.restore_policy(
         session, runtime.policy_cache, policy_id, body.version, actor, body.base_version
     )
-    return _read(policy, pool_names(session))
+    return read_policy(policy, pool_names(session))
+
+
+class PresetRequest(BaseModel):
+    base_version: int | None = BASE_VERSION
+
+
+@router.post("/v1/policies/{policy_id}/preset/{preset}", response_model=PolicyRead)
+def apply_preset(
+    policy_id: IdPath,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    actor: EditorDep,
+    preset: str = PathParam(pattern=r"^[a-z][a-z0-9-]{0,31}$", description="Preset name."),
+    body: PresetRequest | None = None,
+) -> PolicyRead:
+    """Set the routing to a preset (`upstream`: llm-d's shipped defaults), keeping the pool's
+    SLOs and KV-transfer facts; recorded as a new version."""
+    base_version = body.base_version if body is not None else None
+    policy = service.apply_preset(
+        session, runtime.policy_cache, policy_id, preset, actor, base_version
+    )
+    return read_policy(policy, pool_names(session))
 
 
 def _objective_read(o: Objective, names: dict[int, str]) -> ObjectiveRead:

@@ -163,6 +163,34 @@ def edit_policy(
     return policy
 
 
+# Fields a preset leaves alone: the pool's SLOs and its model's and network's facts are not
+# routing choices, so resetting the routing to upstream's must not erase them.
+_PRESET_KEEPS = frozenset(
+    {"default_ttft_slo_ms", "default_tpot_slo_ms", "kv_bytes_per_token"}
+    | {name for name in PolicySpec.model_fields if name.startswith("transfer_")}
+)
+PRESETS: dict[str, PolicySpec] = {"upstream": PolicySpec()}
+"""Named routing configurations one click away; ``upstream``: llm-d's shipped defaults."""
+
+
+def apply_preset(
+    session: Session,
+    cache: Invalidates,
+    policy_id: int,
+    preset: str,
+    actor: Actor,
+    base_version: int | None = None,
+) -> Policy:
+    """Set the policy's routing fields to a preset's (a new audited version; SLOs and the
+    model's transfer facts stay)."""
+    if preset not in PRESETS:
+        raise NotFound(f"no preset {preset!r}; presets: {', '.join(PRESETS)}")
+    fields = {
+        k: v for k, v in PRESETS[preset].model_dump(mode="json").items() if k not in _PRESET_KEEPS
+    }
+    return edit_policy(session, cache, policy_id, fields, actor, base_version)
+
+
 def restore_policy(
     session: Session,
     cache: Invalidates,

@@ -59,6 +59,7 @@ from backend.sim.routers import (
     make_policy,
     variants,
 )
+from backend.sim.routers.base import RoutingPolicy
 from backend.sim.traces.loader import TRACE_NAMES, TenantModel, Trace, load_trace
 from backend.sim.view import Slo
 
@@ -283,24 +284,41 @@ def trace_length(suite: Suite) -> int:
     return len(_full(suite))
 
 
-def simulate(job: Job) -> SimResult:
-    """Run one simulation: the job's slice, pool, policy, seed and simulator options."""
-    pool = list(_pool(job.suite))
+def simulate_trace(
+    trace: Trace,
+    pool: list[PodSpec],
+    slo: Slo,
+    policy_of: Callable[[TransferConfig], RoutingPolicy],
+    seed: int,
+    sim_options: Mapping[str, Any] | None = None,
+) -> SimResult:
+    """One simulation of ``trace`` on ``pool`` with the policy ``policy_of`` builds for the pool's
+    model (the protocol's jobs, and the advisor's on any workload)."""
     transfer = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
-    slo = Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms)
-    policy = make_policy(job.policy, transfer, job.seed, dict(job.options))
     sim = Simulation(
-        arrivals(job),
+        trace,
         pool,
-        policy,
-        SimConfig(slo, seed=job.seed, transfer=transfer, **dict(job.sim)),
+        policy_of(transfer),
+        SimConfig(slo, seed=seed, transfer=transfer, **dict(sim_options or {})),
     )
     return sim.run()
 
 
-def run_job(job: Job) -> dict[str, Any]:
-    """Run one simulation; the per-run figures the protocol aggregates."""
-    r = summarize(simulate(job), Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms))
+def simulate(job: Job) -> SimResult:
+    """Run one simulation: the job's slice, pool, policy, seed and simulator options."""
+    return simulate_trace(
+        arrivals(job),
+        list(_pool(job.suite)),
+        Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms),
+        lambda transfer: make_policy(job.policy, transfer, job.seed, dict(job.options)),
+        job.seed,
+        dict(job.sim),
+    )
+
+
+def figures(result: SimResult, slo: Slo) -> dict[str, Any]:
+    """The per-run figures the protocol aggregates (and the advisor ranks by)."""
+    r = summarize(result, slo)
     return {
         "slo_attainment": r["slo_attainment"],
         "ttft_p50_ms": r["ttft_ms"]["p50"],
@@ -313,6 +331,11 @@ def run_job(job: Job) -> dict[str, Any]:
         "predictor_live_mape": r["predictor_live_mape"],
         "wall_s": r["wall_s"],
     }
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Run one simulation; the per-run figures the protocol aggregates."""
+    return figures(simulate(job), Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms))
 
 
 Log = Callable[[str], None]

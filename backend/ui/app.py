@@ -24,6 +24,7 @@ from backend.ui.errors import install_error_pages
 from backend.ui.routes import (
     account,
     admin,
+    advisor,
     models,
     objectives,
     overview,
@@ -40,7 +41,18 @@ log = logging.getLogger("headroom.ui")
 PREFIX = "/ui"
 
 # The console's pages and forms, in the order their routes are matched.
-ROUTE_MODULES = (signin, overview, models, samples, policies, objectives, whatif, admin, account)
+ROUTE_MODULES = (
+    signin,
+    overview,
+    models,
+    samples,
+    policies,
+    advisor,
+    objectives,
+    whatif,
+    admin,
+    account,
+)
 
 # No inline scripts anywhere (chart data travels in application/json blocks), so scripts may
 # only come from our own static files; nothing may frame the console (clickjacking).
@@ -103,6 +115,7 @@ class Console:
     def start(self, runtime: Runtime) -> None:
         self.app.state.runtime = runtime
         self.state.whatif = make_runner(runtime.settings)
+        self.state.advisor = runtime.advisor
         if self.settings.ui.demo:
             self.demo = DemoFeeder(runtime).start()
 

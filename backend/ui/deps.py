@@ -31,6 +31,7 @@ class ConsoleState:
     settings: Settings
     renderer: Renderer
     whatif: WhatIfRunner | None = None
+    advisor: WhatIfRunner | None = None  # the runtime's (shared with the API's advice routes)
     # What "now" is for session expiry and the sign-in limits; tests move it instead of sleeping.
     clock: Clock = field(default=utcnow)
 

@@ -29,7 +29,7 @@ class WhatIfJob:
     trace: str
     requested_by: str
     candidate: dict[str, Any]
-    """The edited policy spec (JSON)."""
+    """The edited policy spec (JSON); for an advice job, the search's settings."""
     baseline: dict[str, Any]
     """The active policy spec when the job was started (JSON)."""
     baseline_version: int | None
@@ -81,26 +81,28 @@ class MemoryJobStore:
 
 
 class RedisJobStore:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, kind: str = "whatif") -> None:
+        """``kind`` keeps each job family's records apart (``whatif``, ``advice``)."""
         import redis
 
         self._redis = redis.Redis.from_url(url)
+        self._prefix = f"headroom:{kind}"
 
     def save(self, job: WhatIfJob) -> None:
         pipe = self._redis.pipeline()
-        pipe.set(f"headroom:whatif:{job.id}", job.to_json(), ex=RECORD_TTL_S)
+        pipe.set(f"{self._prefix}:{job.id}", job.to_json(), ex=RECORD_TTL_S)
         if job.status == "queued":
-            key = f"headroom:whatif:recent:{job.pool}"
+            key = f"{self._prefix}:recent:{job.pool}"
             pipe.lpush(key, job.id)
             pipe.ltrim(key, 0, RECENT - 1)
             pipe.expire(key, RECORD_TTL_S)
         pipe.execute()
 
     def load(self, job_id: str) -> WhatIfJob | None:
-        raw = self._redis.get(f"headroom:whatif:{job_id}")
+        raw = self._redis.get(f"{self._prefix}:{job_id}")
         return WhatIfJob.from_json(raw) if isinstance(raw, bytes | str) else None
 
     def recent(self, pool: str) -> list[WhatIfJob]:
-        ids = self._redis.lrange(f"headroom:whatif:recent:{pool}", 0, RECENT - 1)
+        ids = self._redis.lrange(f"{self._prefix}:recent:{pool}", 0, RECENT - 1)
         jobs = [self.load(i.decode() if isinstance(i, bytes) else str(i)) for i in ids]
         return [j for j in jobs if j is not None]

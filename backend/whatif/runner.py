@@ -27,7 +27,7 @@ def execute(store: JobStore, job_id: str, simulate: Simulate | None = None) -> N
     """Run one job to its end, recording progress; a failure is recorded, never raised."""
     job = store.load(job_id)
     if job is None:
-        log.warning("what-if job %s not found (expired?)", job_id)
+        log.warning("job %s not found (expired?)", job_id)
         return
     job.status, job.message = "running", "starting the simulation"
     store.save(job)
@@ -40,7 +40,7 @@ def execute(store: JobStore, job_id: str, simulate: Simulate | None = None) -> N
     try:
         job.result = (simulate or compare_policies)(job, progress)
     except Exception as exc:
-        log.exception("what-if job %s failed", job_id)
+        log.exception("job %s failed", job_id)
         job.status, job.message = "failed", f"{type(exc).__name__}: {exc}"
     else:
         job.status, job.progress, job.message = "done", 1.0, "finished"
@@ -104,24 +104,30 @@ def embedded_runner(simulate: Simulate | None = None) -> WhatIfRunner:
     return WhatIfRunner(store, launch, stop)
 
 
-def celery_runner(settings: Settings) -> WhatIfRunner:
+def celery_runner(settings: Settings, task: str = WHATIF, kind: str = "whatif") -> WhatIfRunner:
     assert settings.redis_url is not None
-    store = RedisJobStore(settings.redis_url)
+    store = RedisJobStore(settings.redis_url, kind)
     celery = create_celery(settings)
 
     def launch(job_id: str) -> None:
         # By name: the task's body is the worker's. Not the default 30 s expiry of periodic
         # tasks: a what-if may wait behind training.
-        celery.send_task(WHATIF, args=[job_id], expires=3600)
+        celery.send_task(task, args=[job_id], expires=3600)
 
     return WhatIfRunner(store, launch, lambda: None)
 
 
-def make_runner(settings: Settings) -> WhatIfRunner:
-    return embedded_runner() if settings.embedded else celery_runner(settings)
+def make_runner(
+    settings: Settings, simulate: Simulate | None = None, task: str = WHATIF, kind: str = "whatif"
+) -> WhatIfRunner:
+    """A runner for one job family: what-ifs by default, the advisor's with its own simulate,
+    Celery task and record prefix (backend/advisor/)."""
+    return embedded_runner(simulate) if settings.embedded else celery_runner(settings, task, kind)
 
 
-def run_in_worker(settings: Settings, job_id: str) -> None:
+def run_in_worker(
+    settings: Settings, job_id: str, simulate: Simulate | None = None, kind: str = "whatif"
+) -> None:
     """The Celery task's body (production mode): the record lives in Redis."""
     assert settings.redis_url is not None
-    execute(RedisJobStore(settings.redis_url), job_id)
+    execute(RedisJobStore(settings.redis_url, kind), job_id, simulate)

@@ -106,6 +106,11 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         "HEADROOM_TRAINING__INTERVAL_S": "1",
         # A short slice keeps a what-if to seconds; the mechanics are the same.
         "HEADROOM_UI__WHATIF_REQUESTS": "200",
+        # The advisor's smallest useful search: the same rounds on a few dozen requests.
+        "HEADROOM_ADVISOR__REQUESTS": "30",
+        "HEADROOM_ADVISOR__SEEDS": "2",
+        "HEADROOM_ADVISOR__SURVIVORS": "1",
+        "HEADROOM_ADVISOR__FINALISTS": "1",
     }
     with headroom_process(env, folder) as (url, _):
         # Two rounds with a training in between: every target gets at least two versions,

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from starlette.responses import RedirectResponse, Response
 
+from backend.advisor.workloads import workload_names
 from backend.auth.service import Actor
 from backend.deps import RuntimeDep, SessionDep
 from backend.exceptions import Conflict, Invalid, NotFound
@@ -65,6 +66,9 @@ def render_policy_page(
             "errors": errors or {},
             "history": history,
             "traces": trace_choices(),
+            # The Advisor panel: its workloads and this pool's recent advice.
+            "workloads": workload_names(),
+            "advice": state.advisor.recent(choice.selected.name) if state.advisor else [],
             "trace": DEFAULT_TRACE,
             # A save refused because someone else saved first: their changes, to compare.
             "conflict": conflict,

@@ -1,0 +1,135 @@
+"""The advisor against the peers at their best, on the same held-out slices and seeds.
+
+For one suite of the benchmark protocol (``mooncake`` or ``azure``) at its higher tuning load:
+
+1. the advisor's search (``backend.advisor.search.advise``) on the suite's trace, timed on one
+   process (the "one core" figure);
+2. the protocol (``backend.sim.protocol.run_protocol``) for every peer at that load: each peer's
+   options tuned on the same tuning slice, then the same evaluation slices with the same seeds
+   (slice ``i + 1`` with seed ``i``), so the advisor's pick and each peer are compared run for
+   run;
+3. the pick (the best EPP-expressible candidate on the held-out slices) against each peer: the
+   protocol's verdict (a lead counts only beyond both min-max spreads) and the slice-by-slice
+   difference.
+
+Prints JSON (and writes it with ``--out``). Reduced scale by default: say so when quoting it.
+
+    python bench/advisor.py --suite azure --requests 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from backend.advisor.search import Budget, advise
+from backend.advisor.workloads import SHIPPED, shipped_trace
+from backend.policies.schemas import PolicySpec
+from backend.sim.protocol import (
+    PROTOCOL_POLICIES,
+    SUITES,
+    ProtocolConfig,
+    compare,
+    machine,
+    run_protocol,
+)
+from backend.sim.routers import OURS, REFERENCE
+
+# The peers: every protocol policy a platform team can run without Headroom's /v1/schedule.
+PEERS = tuple(p for p in PROTOCOL_POLICIES if p not in (OURS, REFERENCE))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", choices=sorted(SHIPPED), default="azure-code")
+    parser.add_argument("--requests", type=int, default=500, help="requests per slice")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--survivors", type=int, default=6)
+    parser.add_argument("--finalists", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--no-peers", action="store_true", help="time the advisor only (no protocol run)"
+    )
+    args = parser.parse_args()
+    budget = Budget(args.requests, args.seeds, args.survivors, args.finalists)
+    active = PolicySpec()  # a new pool's policy: upstream's defaults
+    workload = shipped_trace(args.suite, budget, active)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    advice = advise(workload, active, budget, lambda f, m: print(f"[{f:.0%}] {m}", file=sys.stderr))
+    advice_s = time.perf_counter() - started
+    # CPU seconds of this one process: what "on one core" means on a shared machine, where the
+    # wall time also counts the other processes' turns.
+    advice_cpu_s = time.process_time() - cpu_started
+    full = SUITES[SHIPPED[args.suite]].slice_requests
+    timing = {
+        "wall_s_one_process": round(advice_s, 1),
+        "cpu_s": round(advice_cpu_s, 1),
+        "simulations": advice["simulations"],
+        "extrapolated_cpu_s_at_protocol_scale": round(advice_cpu_s * full / args.requests, 1),
+    }
+    if args.no_peers:
+        print(json.dumps({"suite": args.suite, "requests": args.requests, **timing}, indent=2))
+        return
+
+    suite = dataclasses.replace(SUITES[SHIPPED[args.suite]], slice_requests=args.requests)
+    protocol = run_protocol(
+        ProtocolConfig(
+            suite,
+            seeds=tuple(range(args.seeds)),
+            loads=(workload.load,),
+            policies=PEERS,
+            capacity_steps=0,
+            workers=1,
+        )
+    )
+    pick = advice["ranking"][advice["pick"]]
+    pick_runs = pick["held_out"]["slo_attainment"]
+    mine = pick["held_out"]["slo_attainment_runs"]
+    comparisons = []
+    for row in protocol["results"]:
+        peer = row["slo_attainment"]
+        per_slice = [
+            round(100 * (a - b["slo_attainment"]), 1)
+            for a, b in zip(mine, row["runs"], strict=True)
+        ]
+        comparisons.append(
+            {
+                "peer": row["policy"],
+                "options": row["options"],
+                "peer_slo_attainment": peer,
+                "verdict": compare(pick_runs, peer),
+                "points_per_slice": per_slice,
+            }
+        )
+    out: dict[str, Any] = {
+        "scale": f"reduced: {args.requests} requests per slice (the protocol's is {full})",
+        "suite": args.suite,
+        "load": workload.load,
+        "budget": dataclasses.asdict(budget),
+        "advisor": {
+            **timing,
+            "pick": {k: pick[k] for k in ("label", "kind", "options", "held_out", "vs_active")},
+            "ranking": [
+                {k: r[k] for k in ("label", "kind", "held_out", "vs_active", "appliable")}
+                for r in advice["ranking"]
+            ],
+            "screened": advice["screened"],
+        },
+        "pick_vs_peers": comparisons,
+        "machine": machine(),
+    }
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

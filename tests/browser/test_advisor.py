@@ -1,0 +1,79 @@
+"""The Advisor panel: start advice, see its progress and ranking, apply the pick, see it in the
+history and in the EPP config download; a viewer sees the result but cannot apply."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import Console, screenshot, sign_in
+
+
+def test_advise_apply_the_pick_and_download_its_epp_config(page: Page, console: Console) -> None:
+    before = console.policy()
+    sign_in(page, "eddie")
+    page.goto("/ui/policies")
+    page.select_option("#advice-workload", "azure-code")
+    page.get_by_test_id("start-advice").click()
+
+    expect(page).to_have_url(re.compile(r"/ui/policies/default/advice/[0-9a-f]{32}$"))
+    advice_url = page.url
+    # htmx polls the search's progress and swaps the ranking in when it is done.
+    expect(page.locator("#advice")).to_have_attribute("data-status", "done", timeout=180_000)
+    ranking = page.get_by_test_id("advice-ranking")
+    expect(ranking.locator("tbody tr[data-kind=active]")).to_have_count(1)
+    expect(ranking.locator("tbody tr[data-kind=reference]")).to_have_count(1)
+    expect(ranking.locator("tbody tr[data-kind=schedule]").first).to_contain_text("/v1/schedule")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('canvas[data-chart]')].every(c => Chart.getChart(c))"
+    )
+    screenshot(page, "advice-result")
+    assert console.policy()["version"] == before["version"]  # nothing saved by advising
+
+    apply = page.locator("button[data-testid^=apply-]").first
+    number = int((apply.get_attribute("data-testid") or "").removeprefix("apply-"))
+    page.on("dialog", lambda dialog: dialog.accept())
+    apply.click()
+    version = before["version"] + 1
+    expect(page.locator(".flash")).to_have_text(
+        f"Applied candidate #{number}: policy version {version}."
+    )
+    newest = page.get_by_test_id("history").locator("tbody tr").first
+    expect(newest).to_contain_text(f"v{version}")
+    expect(newest).to_contain_text("eddie")
+    applied = console.policy()
+    assert applied["version"] == version
+
+    with page.expect_download() as download:
+        page.get_by_test_id("epp-download").click()
+    text = Path(download.value.path()).read_text(encoding="utf-8")
+    assert f"policy version {version}" in text
+    config = yaml.safe_load(text)
+    scorer = next(p for p in config["plugins"] if p["type"] == "latency-scorer")
+    assert scorer["parameters"]["headroomSelectionStrategy"] == applied["spec"]["strategy"]
+    assert scorer["parameters"]["ttftWeight"] == applied["spec"]["ttft_weight"]
+
+    # A viewer sees the ranking but no Apply, and no way to start advice.
+    page.context.clear_cookies()
+    sign_in(page, "vera")
+    page.goto(advice_url)
+    expect(page.get_by_test_id("advice-ranking")).to_be_visible()
+    expect(page.locator("button[data-testid^=apply-]")).to_have_count(0)
+    page.goto("/ui/policies")
+    expect(page.get_by_test_id("advice-list")).to_contain_text("done")
+    expect(page.get_by_test_id("start-advice")).to_have_count(0)
+
+
+def test_upstream_preset_is_one_click_away(page: Page, console: Console) -> None:
+    sign_in(page, "eddie")
+    page.goto("/ui/policies")
+    page.select_option("#f-strategy", "most")
+    page.get_by_test_id("save-policy").click()
+    assert console.policy()["spec"]["strategy"] == "most"
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_test_id("preset-upstream").click()
+    expect(page.locator(".flash")).to_contain_text("Preset upstream applied")
+    assert console.policy()["spec"]["strategy"] == "least"

@@ -1,0 +1,182 @@
+"""The advisor over REST: start a search, follow its progress, apply a candidate as an audited
+policy version (its EPP config follows), a 409 after an intervening edit, roles, bad input; the
+Celery path; the upstream preset."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.app import create_app
+from backend.settings import AdvisorSettings, AuthSettings, Settings
+from backend.whatif.jobs import RedisJobStore
+from tests.conftest import redis_url_for_tests
+from tests.integration.test_policies import token_for
+from tests.server import headroom_worker
+
+# Small enough to run in seconds: the search's shape (screen, confirm, held-out) is the same.
+TINY = AdvisorSettings(requests=40, seeds=2, survivors=2, finalists=1)
+
+
+@pytest.fixture
+def embedded(settings: Settings) -> Iterator[TestClient]:
+    """The embedded mode (no Redis: the advice runs in a thread), tokens required."""
+    local = settings.model_copy(
+        update={"redis_url": None, "advisor": TINY, "auth": AuthSettings(required=True)}
+    )
+    with TestClient(create_app(local)) as c:
+        yield c
+
+
+def _wait(client: TestClient, url: str, headers: dict[str, str]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for _ in range(600):  # a bound, not a timing claim: the loop ends as soon as it is done
+        body: dict[str, Any] = client.get(url, headers=headers).json()
+        seen.add(body["status"])
+        if body["status"] in ("done", "failed"):
+            body["seen"] = seen
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"advice never finished: {body}")
+
+
+def _advise(client: TestClient, headers: dict[str, str]) -> dict[str, Any]:
+    r = client.post("/v1/pools/default/advice", json={"workload": "azure-code"}, headers=headers)
+    assert r.status_code == 202, r.text
+    started = r.json()
+    assert started["status"] in ("queued", "running", "done") and started["base_version"] == 1
+    assert started["budget"]["requests"] == TINY.requests
+    done = _wait(client, f"/v1/pools/default/advice/{started['id']}", headers)
+    assert done["status"] == "done", done["message"]
+    return done
+
+
+def test_advice_ranks_on_held_out_parts_and_apply_makes_an_audited_version(
+    embedded: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    alice = token_for(sessions, "alice", "editor")
+    done = _advise(embedded, alice)
+    result = done["result"]
+    assert result["workload"]["source"] == "shipped-trace"
+    assert "not this pool's own traffic" in result["workload"]["label"]
+    ranking = result["ranking"]
+    means = [row["held_out"]["slo_attainment"]["mean"] for row in ranking]
+    assert means == sorted(means, reverse=True)
+    for row in ranking:
+        s = row["held_out"]["slo_attainment"]
+        assert s["min"] <= s["mean"] <= s["max"]
+    kinds = {row["kind"] for row in ranking}
+    assert {"active", "reference", "epp", "schedule"} <= kinds
+    for row in ranking:
+        if row["kind"] == "schedule":
+            assert row["needs"] == "/v1/schedule" and row["epp_config"] is None
+    # Budgeted: a few dozen simulations, every candidate screened once.
+    assert len(result["screened"]) <= result["simulations"] <= 60
+
+    pick = result["pick_appliable"]
+    row = ranking[pick]
+    policy_id = embedded.get("/v1/policies", headers=alice).json()[0]["id"]
+    r = embedded.post(
+        f"/v1/pools/default/advice/{done['id']}/apply", json={"candidate": pick}, headers=alice
+    )
+    assert r.status_code == 200, r.text
+    applied = r.json()
+    assert applied["version"] == 2 and applied["updated_by"] == "alice"
+    for key, value in row["spec_changes"].items():
+        assert applied["spec"][key] == value
+    history = embedded.get(f"/v1/policies/{policy_id}/history", headers=alice).json()
+    assert history[0]["version"] == 2 and history[0]["changed_by"] == "alice"
+    # The EPP config export follows: it is the candidate's own.
+    exported = embedded.get(f"/v1/policies/{policy_id}/epp-config", headers=alice).text
+    config = yaml.safe_load(exported)
+    if row["kind"] == "epp":
+        assert config == yaml.safe_load(row["epp_config"])
+    scorer = next(p for p in config["plugins"] if p["type"] == "latency-scorer")
+    assert scorer["parameters"]["headroomSelectionStrategy"] == row["spec"]["strategy"]
+
+    # Applying again: the advice was made against version 1, the policy is at 2 now.
+    again = embedded.post(
+        f"/v1/pools/default/advice/{done['id']}/apply", json={"candidate": pick}, headers=alice
+    )
+    assert again.status_code == 409 and again.json()["current_version"] == 2
+
+
+def test_roles_and_bad_input(embedded: TestClient, sessions: sessionmaker[Session]) -> None:
+    alice = token_for(sessions, "alice", "editor")
+    viewer = token_for(sessions, "victor", "viewer")
+    assert embedded.post("/v1/pools/default/advice", headers=viewer).status_code == 403
+    # Until the pool replay is merged, the shipped traces are what there is to search on.
+    workloads = embedded.get("/v1/advice/workloads", headers=viewer).json()
+    assert workloads == ["mooncake", "azure-code"]
+    bad = embedded.post("/v1/pools/default/advice", json={"workload": "nope"}, headers=alice)
+    assert bad.status_code == 422 and "azure-code" in bad.text
+    assert embedded.post("/v1/pools/nope/advice", headers=alice).status_code == 404
+    assert embedded.get("/v1/pools/default/advice/not-an-id", headers=alice).status_code == 422
+    missing = "0" * 32
+    assert embedded.get(f"/v1/pools/default/advice/{missing}", headers=alice).status_code == 404
+    done = _advise(embedded, alice)
+    url = f"/v1/pools/default/advice/{done['id']}"
+    # Viewers see the result but cannot apply it.
+    assert embedded.get(url, headers=viewer).json()["result"] is not None
+    assert embedded.post(f"{url}/apply", json={"candidate": 0}, headers=viewer).status_code == 403
+    ranking = done["result"]["ranking"]
+    out_of_range = embedded.post(f"{url}/apply", json={"candidate": len(ranking)}, headers=alice)
+    assert out_of_range.status_code == 422
+    not_policy = next(i for i, row in enumerate(ranking) if not row["appliable"])
+    r = embedded.post(f"{url}/apply", json={"candidate": not_policy}, headers=alice)
+    assert r.status_code == 422 and "not a Headroom policy" in r.text
+    assert embedded.post(f"{url}/apply", json={"candidate": "x"}, headers=alice).status_code == 422
+
+
+def test_upstream_preset_resets_routing_and_keeps_slos(
+    embedded: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    alice = token_for(sessions, "alice", "editor")
+    policy_id = embedded.get("/v1/policies", headers=alice).json()[0]["id"]
+    edited = embedded.put(
+        f"/v1/policies/{policy_id}",
+        json={"strategy": "most", "picker": "best_fit", "default_ttft_slo_ms": 800},
+        headers=alice,
+    ).json()
+    r = embedded.post(
+        f"/v1/policies/{policy_id}/preset/upstream",
+        json={"base_version": edited["version"]},
+        headers=alice,
+    )
+    assert r.status_code == 200, r.text
+    spec = r.json()["spec"]
+    assert spec["strategy"] == "least" and spec["picker"] == "weighted_random"
+    assert spec["default_ttft_slo_ms"] == 800
+    stale = embedded.post(
+        f"/v1/policies/{policy_id}/preset/upstream", json={"base_version": 1}, headers=alice
+    )
+    assert stale.status_code == 409
+    unknown = embedded.post(f"/v1/policies/{policy_id}/preset/nope", headers=alice)
+    assert unknown.status_code == 404
+
+
+def test_advice_runs_in_a_celery_worker(
+    settings: Settings, database_url: str, tmp_path: Path
+) -> None:
+    redis.Redis.from_url(redis_url_for_tests()).flushdb()
+    env = {"HEADROOM_DATABASE_URL": database_url, "HEADROOM_REDIS_URL": redis_url_for_tests()}
+    # The budget is the API's, recorded in the job when it starts.
+    budget = AdvisorSettings(requests=20, seeds=1, survivors=1, finalists=1)
+    with TestClient(create_app(settings.model_copy(update={"advisor": budget}))) as client:
+        started = client.post("/v1/pools/default/advice", json={"workload": "azure-code"}).json()
+        assert started["status"] == "queued"
+        with headroom_worker(env, tmp_path, args=()):
+            done = _wait(client, f"/v1/pools/default/advice/{started['id']}", {})
+    assert done["status"] == "done", done["message"]
+    assert done["result"]["simulations"] > 0
+    # The worker wrote it where every API replica reads it, apart from the what-ifs.
+    assert RedisJobStore(redis_url_for_tests(), "advice").load(started["id"]) is not None
+    assert RedisJobStore(redis_url_for_tests()).load(started["id"]) is None
