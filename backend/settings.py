@@ -247,6 +247,13 @@ class CapacitySettings(BaseModel):
     start_back_rows: int = Field(
         20_000, ge=0, description="How many of the newest samples a starting process reads."
     )
+    history_points: int = Field(
+        600,
+        ge=1,
+        le=100_000,
+        description="Saturation levels kept per pool in memory for the console's chart, one a "
+        "tick (600 at 1 s: the last 10 minutes).",
+    )
 
 
 class IngestSettings(BaseModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -103,6 +104,8 @@ class CapacityMonitor:
         self._signals: dict[int, PoolSignals] = {}
         self._after: int | None = None
         self._reports: dict[str, PoolReport] = {}
+        # Per pool: (time, level or None) a tick, newest last, for the Overview's chart.
+        self._history: dict[str, deque[tuple[datetime, float | None]]] = {}
         self._lock = threading.Lock()  # one tick at a time; readers never take it
 
     def report(self, pool: str) -> PoolReport | None:
@@ -110,6 +113,10 @@ class CapacityMonitor:
 
     def reports(self) -> Mapping[str, PoolReport]:
         return self._reports
+
+    def history(self, pool: str) -> list[tuple[datetime, float | None]]:
+        """The pool's level at each recent tick, oldest first (None where it had no level)."""
+        return list(self._history.get(pool, ()))
 
     def refresh(self) -> int:
         """One tick: read new samples, recompute every pool; returns rows read."""
@@ -123,6 +130,14 @@ class CapacityMonitor:
                 if pid in names
             }
             self._reports = reports  # one assignment: readers see the old or the new set
+            for name, report in reports.items():
+                points = self._history.get(name)
+                if points is None:
+                    points = deque(maxlen=self._settings.history_points)
+                    self._history[name] = points
+                points.append((now, report.saturation.level if report.saturation else None))
+            for gone in self._history.keys() - reports.keys():
+                del self._history[gone]  # a pool deleted or renamed
             return read
 
     def _read(self) -> int:
