@@ -3,11 +3,13 @@
     .venv/bin/python bench/autoscale.py [--trace mooncake-conversation] [--seeds 0,1,2]
         [--scalers queue-hpa,wva-saturation,headroom-saturation,headroom-desired]
         [--base 0.5] [--peak 1.5] [--up-s 600] [--burst 1.5] [--min-pods 2] [--max-pods 12]
-        [--startup-s 90]
+        [--initial 4] [--warmup-s 300] [--startup-s 90]
 
-Two traffic shapes (``backend/sim/autoscale.py``): a ramp (the trace time-warped from ``--base``
-x its own rate up to ``--peak`` x over ``--up-s`` and back down: 3x from trough to peak) and a
-step (``--base`` x, then ``--burst`` x from a third of the run for a third of it). Every scaler
+Two traffic shapes (``backend/sim/autoscale.py``), each after ``--warmup-s`` at ``--base`` x the
+trace's rate in which the scalers settle from ``--initial`` pods (not counted): a ramp (the trace
+time-warped from ``--base`` x its own rate up to ``--peak`` x over ``--up-s`` and back down: 3x
+from trough to peak) and a step (``--burst`` x from a third of the measured time for a third of
+it). Every scaler
 runs the same router (Headroom's policy, trained online), the same pod start-up delay, the
 same min and max pods and the same HPA scale-down stabilisation (300 s). Reported per scaler and
 shape: SLO attainment (TTFT <= 2 s and TPOT <= 100 ms), GPU-hours (pods starting, ready or
@@ -79,10 +81,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     slots = 2 * args.max_pods  # draining pods keep their slot while new ones start
     pods = build_pool(slots, args.gpu)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
-    horizon = 2 * args.up_s
+    warm = args.warmup_s
+    horizon = warm + 2 * args.up_s
+    burst_at = warm + (horizon - warm) / 3
     shapes = {
-        "ramp": ramp(args.base, args.peak, args.up_s),
-        "step": step(args.base, args.burst, horizon / 3, horizon / 3),
+        "ramp": ramp(args.base, args.peak, args.up_s, warm),
+        "step": step(args.base, args.burst, burst_at, (horizon - warm) / 3),
     }
     seeds = [int(s) for s in args.seeds.split(",")]
     out: dict[str, Any] = {}
@@ -95,12 +99,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 trace = warp(load_trace(args.trace, tenants).spread_ties(seed), rate, horizon)
                 router = make_policy(OURS, fabric, seed)
                 assert isinstance(router, PredictedLatency)
-                fleet = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.min_pods)
+                fleet = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.initial)
                 started = time.process_time()
+                scaler = _scaler(name, args, pods)
                 result = run_autoscaled(
-                    trace, pods, router, _scaler(name, args, pods), fleet, SLO, seed
+                    trace, pods, router, scaler, fleet, SLO, seed, measure_from_s=warm
                 )
-                recover = result.recovery_s(horizon / 3, RECOVERED_AT) if shape == "step" else None
+                recover = result.recovery_s(burst_at, RECOVERED_AT) if shape == "step" else None
                 runs.append(
                     {
                         "seed": seed,
@@ -139,6 +144,8 @@ def main() -> None:
     parser.add_argument("--up-s", type=float, default=600.0)
     parser.add_argument("--min-pods", type=int, default=2)
     parser.add_argument("--max-pods", type=int, default=12)
+    parser.add_argument("--initial", type=int, default=4)
+    parser.add_argument("--warmup-s", type=float, default=300.0)
     parser.add_argument("--startup-s", type=float, default=90.0)
     parser.add_argument("--queue-target", type=float, default=5.0)
     parser.add_argument("--attainment", type=float, default=0.95)

@@ -10,11 +10,12 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    attainment crosses the suite's capacity target (75 % on Mooncake, whose longest prompts miss
    2 s even alone; 90 % on Azure), interpolated between grid points: that load is 1.0x.
 2. **The sweep.** At each relative load (idle to 1.2x) and seed, the simulation runs in 10 s
-   slices; after a 60 s warm-up, at every slice boundary Headroom's saturation level is computed
+   slices; after a 60 s warm-up, at up to 60 evenly spaced instants (every 10 s at least)
+   Headroom's saturation level is computed
    as the service computes it (``backend.scheduling.saturation`` over the pods' scraped gauges,
    32 representative requests from the last minute's arrivals, the router's own online models
    and policy; ``backend.sim.autoscale.Probe``). Predicted: 1 - level. Measured: the share of
-   the requests arriving in the next 10 s that met both SLOs. Each load reports the means over
+   the requests arriving before the next probe that met both SLOs. Each load reports the means over
    its probes and the gap (predicted - measured), mean and min-max over seeds.
 
 Reduced scale on a shared 2-core machine: ``--requests`` per run and ``--pods`` pods.
@@ -47,6 +48,9 @@ from bench._common import machine
 
 SLICE_S = 10.0
 WARMUP_S = 60.0
+# At low load a run spans hours of simulated time: probes are spread to at most this many (the
+# measured window is the gap between probes).
+MAX_PROBES = 60
 GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
@@ -86,6 +90,8 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     probe = Probe(sim, router)
     pods = list(range(len(sim.servers)))
     times, predicted = [], []
+    span = float(sim.trace.arrival_s[-1])
+    every = max(SLICE_S, (span - WARMUP_S) / MAX_PROBES)
     t = 0.0
     while sim.run_until(t):
         sim.view.now = t
@@ -94,14 +100,14 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
             if level is not None:
                 times.append(t)
                 predicted.append(1.0 - level)
-        t += SLICE_S
+        t += SLICE_S if t < WARMUP_S else every
     result = sim.run()
     slo = sim.config.slo
     ok = meets_slo(result, slo)
     arrival = result.arrival
     pairs = []
     for at, pred in zip(times, predicted, strict=True):
-        mask = (arrival >= at) & (arrival < at + SLICE_S)
+        mask = (arrival >= at) & (arrival < at + every)
         if mask.any():
             pairs.append((pred, float(ok[mask].mean()), int(mask.sum())))
     if not pairs:

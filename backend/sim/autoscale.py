@@ -233,7 +233,9 @@ class WvaSaturation:
 @dataclass
 class PredictedSaturation:
     """Headroom's predicted-SLO saturation: keep the share of representative requests that would
-    miss within the budget (1 - the attainment target)."""
+    miss *because of load* within the budget (1 - the attainment target). The share that would
+    miss on idle pods (the same requests on pods with their load scaled to 0: on Mooncake, the
+    longest prompts cannot prefill within 2 s even alone) is subtracted: no pod count fixes it."""
 
     budget: float = 0.05
     name: str = "headroom-saturation"
@@ -241,17 +243,18 @@ class PredictedSaturation:
     def desired(self, obs: Observation) -> int:
         pods = sorted(obs.gauges)
         level = obs.level(pods, 1.0) if pods else None
-        if level is None:
+        idle = obs.level(pods, 0.0) if pods else None
+        if level is None or idle is None:
             return obs.replicas
-        if level > self.budget:
+        if level - idle > self.budget:
             if obs.starting:
                 return obs.replicas  # capacity is on its way; its effect is not visible yet
             # The share missing says how far off the pool is: add that share of pods, at least 1.
-            return obs.replicas + max(1, math.ceil(len(pods) * level))
+            return obs.replicas + max(1, math.ceil(len(pods) * (level - idle)))
         if len(pods) > 1 and not obs.starting:
             # One pod fewer: the same work over n - 1 pods.
             fewer = obs.level(pods, len(pods) / (len(pods) - 1))
-            if fewer is not None and fewer <= self.budget:
+            if fewer is not None and fewer - idle <= self.budget:
                 return obs.replicas - 1
         return obs.replicas
 
@@ -259,7 +262,9 @@ class PredictedSaturation:
 @dataclass
 class DesiredReplicas:
     """The smallest pod count that keeps SLO attainment at the target on a replay of the last
-    ``window_s`` of traffic, by bisection on the pod count over fresh simulations."""
+    ``window_s`` of traffic, by bisection on the pod count over fresh simulations. Where even
+    ``max_pods`` cannot reach the target (requests no pod count serves in time), the target is
+    what ``max_pods`` reaches less ``slack``."""
 
     pods: Sequence[PodSpec]
     slo: Slo
@@ -268,6 +273,7 @@ class DesiredReplicas:
     every_s: float = 30.0
     min_pods: int = 1
     max_pods: int = 8
+    slack: float = 0.03
     name: str = "headroom-desired"
     _last: tuple[float, int] | None = None
 
@@ -287,9 +293,10 @@ class DesiredReplicas:
         if len(trace) == 0:
             return obs.replicas
         lo, hi = self.min_pods, self.max_pods
+        target = min(self.target, self.attainment(trace, hi) - self.slack)
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.attainment(trace, mid) >= self.target:
+            if self.attainment(trace, mid) >= target:
                 hi = mid
             else:
                 lo = mid + 1
@@ -328,14 +335,15 @@ def warp(trace: Trace, rate: Rate, horizon_s: float) -> Trace:
     return replace(out, arrival_s=np.interp(out.arrival_s, mass, grid), tick_s=0.0)
 
 
-def ramp(base: float, peak: float, up_s: float, hold_s: float = 0.0) -> Rate:
-    """``base`` x the trace's rate, rising linearly to ``peak`` over ``up_s``, held ``hold_s``,
+def ramp(base: float, peak: float, up_s: float, start_s: float = 0.0) -> Rate:
+    """``base`` x the trace's rate until ``start_s``, rising linearly to ``peak`` over ``up_s``
     and back down to ``base`` over ``up_s``."""
 
     def rate(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        up = base + (peak - base) * np.clip(t / up_s, 0.0, 1.0)
-        down = peak - (peak - base) * np.clip((t - up_s - hold_s) / up_s, 0.0, 1.0)
-        return np.where(t <= up_s + hold_s, up, down)
+        x = t - start_s
+        up = base + (peak - base) * np.clip(x / up_s, 0.0, 1.0)
+        down = peak - (peak - base) * np.clip((x - up_s) / up_s, 0.0, 1.0)
+        return np.where(x <= up_s, up, down)
 
     return rate
 
@@ -495,10 +503,12 @@ def run_autoscaled(
     seed: int = 0,
     period_s: float = 15.0,
     stabilise_down_s: float = 300.0,
+    measure_from_s: float = 0.0,
 ) -> AutoscaleResult:
     """Run ``trace`` through ``len(pods)`` pod slots, of which the fleet's ready ones take
     traffic, with ``scaler`` deciding at every control period. The trace is used as given
-    (spread its ties beforehand)."""
+    (spread its ties beforehand). Attainment and GPU-hours count from ``measure_from_s`` (after
+    a warm-up in which the scaler settles) to the last arrival."""
     if len(pods) != fleet.slots:
         raise ValueError("one pod spec per fleet slot")
     sim = Simulation(trace, pods, router, SimConfig(slo=slo, seed=seed, spread_ties=False))
@@ -519,6 +529,7 @@ def run_autoscaled(
 
     horizon = float(trace.arrival_s[-1]) if len(trace) else 0.0
     gpu_hours: float | None = None
+    gpu_before: float | None = None
     wanted: deque[tuple[float, int]] = deque()
     timeline: list[tuple[float, int, int, float]] = []
     t, more = 0.0, True
@@ -545,6 +556,8 @@ def run_autoscaled(
             fleet.scale_to(want, t, load)
             timeline.append((t, fleet.replicas, len(fleet.pods("ready")), math.nan))
             next_period = t + period_s
+            if gpu_before is None and t >= measure_from_s:
+                gpu_before = fleet.gpu_hours(t)
             if gpu_hours is None and t >= horizon:
                 gpu_hours = fleet.gpu_hours(t)  # over the traffic, not the tail's draining
         routable[:] = fleet.pods("ready")
@@ -553,10 +566,12 @@ def run_autoscaled(
         ready_times = [fleet.ready_at[p] for p in fleet.pods("starting")]
         t = min([next_period, *[r for r in ready_times if r > t]])
     result = sim.run()  # nothing is left to process: this collects the outcomes
+    measured = result.arrival >= measure_from_s
+    end = gpu_hours if gpu_hours is not None else fleet.gpu_hours(t)
     return AutoscaleResult(
         scaler=scaler.name,
-        attainment=slo_attainment(result, slo),
-        gpu_hours=gpu_hours if gpu_hours is not None else fleet.gpu_hours(t),
+        attainment=float(meets_slo(result, slo)[measured].mean()) if measured.any() else 1.0,
+        gpu_hours=end - (gpu_before or 0.0),
         requests=len(trace),
         timeline=_per_period(timeline, result, slo, trace, period_s),
         outcomes=result,
