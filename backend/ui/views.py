@@ -174,6 +174,13 @@ def _metric(version: ModelVersion | None, key: str) -> float | None:
 # The Overview's saturation chart: an inline SVG of this size (no script, so htmx's 5 s swap
 # redraws it as it is).
 CHART_W, CHART_H = 240.0, 48.0
+# Why a pool has no level, in words (the statuses of backend/capacity/service.py).
+NO_LEVEL = {
+    "no_slo": "the pool's policy sets no SLO",
+    "no_model": "no TTFT model is active yet",
+    "no_fresh_pods": "no pod has reported recently (samples carry no pod, or are stale)",
+    "no_traffic": "no recent requests to take as representative",
+}
 
 
 @dataclass(frozen=True)
@@ -193,6 +200,10 @@ class SaturationPanel:
     """SVG polyline point lists (one per run of ticks with a level), 0 at the bottom."""
     span_s: float
     """How far back the chart reaches."""
+
+    @property
+    def reason(self) -> str:
+        return NO_LEVEL.get(self.status, self.status.replace("_", " "))
 
 
 def chart_lines(points: list[tuple[datetime, float | None]]) -> tuple[list[str], float]:

@@ -203,3 +203,4 @@ def test_the_overview_shows_the_saturation_panel_with_its_history(session: Sessi
     assert saturation_panel(None, []) is None
     idle = saturation_panel(PoolReport("default", "no_slo", now, None, 0, (), None, None, 1), [])
     assert idle is not None and idle.level is None and idle.lines == []
+    assert idle.reason == "the pool's policy sets no SLO"
