@@ -48,7 +48,7 @@ from backend.sim.routers import OURS, make_policy
 from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.traces import TenantModel, load_trace
 from backend.sim.view import Slo
-from bench._common import machine
+from bench._common import machine, mean_min_max
 
 SLO = Slo(2000.0, 100.0)
 SCALERS = ("queue-hpa", "wva-saturation", "headroom-saturation", "headroom-desired")
@@ -67,14 +67,6 @@ def _scaler(name: str, args: argparse.Namespace, pods: Any) -> Scaler:
             pods, SLO, target=args.attainment, min_pods=args.min_pods, max_pods=args.max_pods
         )
     raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)}")
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {
-        "mean": round(sum(values) / len(values), 4),
-        "min": round(min(values), 4),
-        "max": round(max(values), 4),
-    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -119,13 +111,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 print(f"{shape} {name} seed {seed}: {runs[-1]}", file=sys.stderr, flush=True)
             summary: dict[str, Any] = {
-                "attainment": _spread([r["attainment"] for r in runs]),
-                "gpu_hours": _spread([r["gpu_hours"] for r in runs]),
+                "attainment": mean_min_max([r["attainment"] for r in runs]),
+                "gpu_hours": mean_min_max([r["gpu_hours"] for r in runs]),
                 "runs": runs,
             }
             if shape == "step":
                 recovered = [r["recovery_s"] for r in runs if r["recovery_s"] is not None]
-                summary["recovery_s"] = _spread(recovered) if recovered else None
+                summary["recovery_s"] = mean_min_max(recovered) if recovered else None
                 summary["never_recovered"] = len(runs) - len(recovered)
             per_scaler[name] = summary
         out[shape] = per_scaler

@@ -44,7 +44,7 @@ from backend.sim.routers import OURS, make_policy
 from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.traces import TenantModel, load_trace
 from backend.sim.view import Slo
-from bench._common import machine
+from bench._common import machine, mean_min_max
 
 SLICE_S = 10.0
 WARMUP_S = 60.0
@@ -62,7 +62,12 @@ def _setup(suite_name: str, args: argparse.Namespace, load: float, seed: int) ->
     trace = load_trace(suite.trace, tenants).head(args.requests).scaled(load)
     router = make_policy(OURS, fabric, seed)
     slo = Slo(suite.ttft_slo_ms, suite.tpot_slo_ms)
-    return Simulation(trace, pool, router, SimConfig(slo=slo, seed=seed))
+    # At low load the same requests span hours: retrain at most about 100 times a run (every
+    # 10 simulated seconds otherwise), or the fits dominate the run.
+    retrain = max(10.0, float(trace.arrival_s[-1]) / 100)
+    return Simulation(
+        trace, pool, router, SimConfig(slo=slo, seed=seed, retrain_interval_s=retrain)
+    )
 
 
 def saturation_load(suite_name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -126,14 +131,6 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     }
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {
-        "mean": round(float(np.mean(values)), 4),
-        "min": round(float(np.min(values)), 4),
-        "max": round(float(np.max(values)), 4),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default="mooncake,azure")
@@ -156,9 +153,9 @@ def main() -> None:
             row = {
                 "relative_load": rel,
                 "load": round(rel * sat["load"], 3),
-                "predicted_meeting": _spread([r["predicted"] for r in runs]),
-                "measured_meeting": _spread([r["measured"] for r in runs]),
-                "gap_points": _spread([100 * (r["predicted"] - r["measured"]) for r in runs]),
+                "predicted_meeting": mean_min_max([r["predicted"] for r in runs]),
+                "measured_meeting": mean_min_max([r["measured"] for r in runs]),
+                "gap_points": mean_min_max([100 * (r["predicted"] - r["measured"]) for r in runs]),
                 "runs": runs,
             }
             rows.append(row)
