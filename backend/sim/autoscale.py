@@ -52,7 +52,7 @@ from backend.predictor.features import POD_TYPE_CODES
 from backend.scheduling.saturation import Representative, saturation
 from backend.scheduling.types import Candidate, FloatArray
 from backend.sim.engine import SimConfig, SimResult, Simulation
-from backend.sim.online import columns
+from backend.sim.online import FIELDS, columns
 from backend.sim.pool import PodSpec
 from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.routers.simple import LeastRequest
@@ -440,6 +440,9 @@ def _rows(candidates: Sequence[Candidate]) -> npt.NDArray[np.float64]:
     ).reshape(len(candidates), 9)
 
 
+_PREFIX = FIELDS.index("prefix_cache_score")
+
+
 class Probe:
     """Headroom's saturation level over a running simulation, with its router's online models
     and a profile of the requests that arrived in the last ``profile_s``."""
@@ -460,13 +463,16 @@ class Probe:
         if hi <= lo:
             return []
         picks = np.linspace(lo, hi - 1, min(self.representatives, hi - lo)).round().astype(int)
-        servers = self.sim.servers
         reps = []
         for i in picks.tolist():
-            units = trace.units(i)
-            # The prefix the pool could serve this request from now (the precise scorer's view).
-            hit = max((servers[p].prefix_hit_units(units) for p in pods), default=0)
-            reps.append(Representative(int(trace.input_tokens[i]), hit / max(len(units), 1)))
+            # The prefix score the router saw for it at dispatch, as the service's profile takes
+            # it from the TTFT samples. (Its prefix is cached *now* because it was served: a
+            # score read from the caches now would make every recent request look like a hit.)
+            route = self.sim.routes[i]
+            row = route.ttft_row if route is not None else None
+            reps.append(
+                Representative(int(trace.input_tokens[i]), float(row[_PREFIX]) if row else 0.0)
+            )
         return reps
 
     def level(self, pods: Sequence[int], factor: float = 1.0) -> float | None:
