@@ -457,7 +457,7 @@ class Probe:
         self.sim, self.router = sim, router
         self.profile_s, self.representatives = profile_s, representatives
 
-    def representatives_at(self, now: float, pods: Sequence[int]) -> list[Representative]:
+    def representatives_at(self, now: float) -> list[Representative]:
         trace = self.sim.trace
         lo, hi = np.searchsorted(trace.arrival_s, [now - self.profile_s, now])
         if hi <= lo:
@@ -479,7 +479,7 @@ class Probe:
         predictors = list(self.router.predictors.values())
         if not pods or not predictors or not all(p.ready() for p in predictors):
             return None
-        reps = self.representatives_at(self.sim.view.now, pods)
+        reps = self.representatives_at(self.sim.view.now)
         if not reps:
             return None
         predictor = predictors[0]  # one GPU class in an autoscaled pool
