@@ -2,14 +2,15 @@
 
     .venv/bin/python bench/autoscale.py [--trace mooncake-conversation] [--seeds 0,1,2]
         [--scalers queue-hpa,wva-saturation,headroom-saturation,headroom-desired]
-        [--base 0.5] [--peak 1.5] [--up-s 600] [--burst 1.5] [--min-pods 2] [--max-pods 12]
-        [--initial 4] [--warmup-s 300] [--startup-s 90]
+        [--base 0.2] [--peak 0.6] [--up-s 300] [--burst 0.6] [--min-pods 2] [--max-pods 12]
+        [--initial 3] [--warmup-s 240] [--startup-s 90]
 
 Two traffic shapes (``backend/sim/autoscale.py``), each after ``--warmup-s`` at ``--base`` x the
 trace's rate in which the scalers settle from ``--initial`` pods (not counted): a ramp (the trace
 time-warped from ``--base`` x its own rate up to ``--peak`` x over ``--up-s`` and back down: 3x
 from trough to peak) and a step (``--burst`` x from a third of the measured time for a third of
-it). Every scaler
+it). The defaults size the pool so that the peak needs about 9 of the 12 pods allowed (4
+``a100-llama3-8b`` pods saturate Mooncake at about 0.27x its rate). Every scaler
 runs the same router (Headroom's policy, trained online), the same pod start-up delay, the
 same min and max pods and the same HPA scale-down stabilisation (300 s). Reported per scaler and
 shape: SLO attainment (TTFT <= 2 s and TPOT <= 100 ms), GPU-hours (pods starting, ready or
@@ -130,14 +131,14 @@ def main() -> None:
     parser.add_argument("--gpu", default="a100-llama3-8b")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--scalers", default=",".join(SCALERS))
-    parser.add_argument("--base", type=float, default=0.5)
-    parser.add_argument("--peak", type=float, default=1.5)
-    parser.add_argument("--burst", type=float, default=1.5)
-    parser.add_argument("--up-s", type=float, default=600.0)
+    parser.add_argument("--base", type=float, default=0.2)
+    parser.add_argument("--peak", type=float, default=0.6)
+    parser.add_argument("--burst", type=float, default=0.6)
+    parser.add_argument("--up-s", type=float, default=300.0)
     parser.add_argument("--min-pods", type=int, default=2)
     parser.add_argument("--max-pods", type=int, default=12)
-    parser.add_argument("--initial", type=int, default=4)
-    parser.add_argument("--warmup-s", type=float, default=300.0)
+    parser.add_argument("--initial", type=int, default=3)
+    parser.add_argument("--warmup-s", type=float, default=240.0)
     parser.add_argument("--startup-s", type=float, default=90.0)
     parser.add_argument("--queue-target", type=float, default=5.0)
     parser.add_argument("--attainment", type=float, default=0.95)
