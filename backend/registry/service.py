@@ -224,7 +224,7 @@ def version_counts(session: Session, pool_id: int) -> dict[TargetCode, tuple[int
 
 # Live bias near saturation reads at most this many of a (pool, target)'s newest predicted rows:
 # a bounded read per listing, off /predict and ingestion.
-HIGH_LOAD_ROWS = 20_000
+HIGH_LOAD_ROWS = 10_000
 
 
 def high_load_biases(
