@@ -371,25 +371,28 @@ class AutoscaleResult:
     """Per control period: (time s, replicas, ready pods, attainment of the requests that
     arrived in that period)."""
     outcomes: SimResult
+    ok: npt.NDArray[np.bool_]
+    """Per request: met both SLOs."""
 
-    def recovery_s(self, after_s: float, target: float, hold: int = 2) -> float | None:
-        """Seconds from ``after_s`` (the step) until the per-period attainment is back at
-        ``target`` for ``hold`` periods in a row (None: never within the run). Periods without
-        arrivals do not count either way."""
-        run = 0
-        first: float | None = None
-        for t, _, _, ok in self.timeline:
-            if t <= after_s or math.isnan(ok):
+    def recovery_s(
+        self, after_s: float, window_s: float = 60.0, within: float = 0.05
+    ) -> float | None:
+        """Seconds from ``after_s`` (the step) until the requests arriving in a ``window_s``
+        window that starts after it meet the SLOs again at the pre-step level (the 120 s before
+        it) less ``within``: the end of the first such window, less ``after_s``. None: never
+        within the run. Relative to the pre-step level because some requests miss at any pod
+        count (Mooncake's longest prompts)."""
+        ok, arrival = self.ok, self.outcomes.arrival
+        before = ok[(arrival >= after_s - 120.0) & (arrival < after_s)]
+        if not before.size:
+            return None
+        level = float(before.mean()) - within
+        for t, _, _, _ in self.timeline:
+            if t - window_s < after_s:
                 continue
-            if ok >= target:
-                first = t if run == 0 else first
-                run += 1
-                if run >= hold and first is not None:
-                    # The period's attainment is of the arrivals before ``t``: it recovered
-                    # one period earlier, at the start of that window.
-                    return max(0.0, first - after_s)
-            else:
-                run = 0
+            now = ok[(arrival >= t - window_s) & (arrival < t)]
+            if now.size and float(now.mean()) >= level:
+                return t - after_s
         return None
 
 
@@ -581,6 +584,7 @@ def run_autoscaled(
         requests=len(trace),
         timeline=_per_period(timeline, result, slo, trace, period_s),
         outcomes=result,
+        ok=meets_slo(result, slo),
     )
 
 

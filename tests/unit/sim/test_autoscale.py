@@ -141,3 +141,21 @@ def test_the_loop_routes_only_to_ready_pods_and_keeps_the_bounds() -> None:
     assert 0.0 < result.attainment <= 1.0
     # Two pods for (about) the 120 s of traffic, one of them from t = 0 while it loaded.
     assert result.gpu_hours == pytest.approx(2 * 120 / 3600, rel=0.15)
+
+
+def test_recovery_is_measured_against_the_level_before_the_step() -> None:
+    pods = build_pool(2)
+    fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
+    # Light enough for one pod: the level before the step is high.
+    trace = warp(load_trace("mooncake-conversation").spread_ties(0), step(0.04, 0.04, 0, 1), 400.0)
+    router = make_policy(OURS, fabric, 0)
+    assert isinstance(router, PredictedLatency)
+    result = run_autoscaled(trace, pods, router, _Fixed(1), Fleet(2, 1, 1, 0.0, 1), SLO)
+    arrival = result.outcomes.arrival
+    result.ok[:] = True
+    # Pretend every request arriving in [200, 290) missed: the first minute of arrivals clear
+    # of them ends at a period boundary (every 15 s) at 345 or 360.
+    result.ok[(arrival >= 200) & (arrival < 290)] = False
+    recovered = result.recovery_s(200.0)
+    assert recovered is not None and 145.0 <= recovered <= 160.0
+    assert result.recovery_s(10_000.0) is None  # no step inside the run
