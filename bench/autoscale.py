@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backend.scheduling.types import TransferConfig
 from backend.sim.autoscale import (
     DesiredReplicas,
+    Fixed,
     Fleet,
     PredictedSaturation,
     QueueHpa,
@@ -57,6 +58,8 @@ SCALERS = ("queue-hpa", "wva-saturation", "headroom-saturation", "headroom-desir
 
 
 def _scaler(name: str, args: argparse.Namespace, pods: Any) -> Scaler:
+    if name.startswith("fixed-"):
+        return Fixed(int(name.removeprefix("fixed-")), name=name)  # the unscaled reference
     if name == "queue-hpa":
         return QueueHpa(target=args.queue_target)
     if name == "wva-saturation":
@@ -67,7 +70,7 @@ def _scaler(name: str, args: argparse.Namespace, pods: Any) -> Scaler:
         return DesiredReplicas(
             pods, SLO, target=args.attainment, min_pods=args.min_pods, max_pods=args.max_pods
         )
-    raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)}")
+    raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)} or fixed-N")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

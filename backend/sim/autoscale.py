@@ -170,6 +170,17 @@ class Scaler(Protocol):
 
 
 @dataclass
+class Fixed:
+    """No scaling: always ``pods`` (the reference a scaler is measured against)."""
+
+    pods: int
+    name: str = "fixed"
+
+    def desired(self, obs: Observation) -> int:
+        return self.pods
+
+
+@dataclass
 class QueueHpa:
     """HPA on the EPP queue depth (AverageValue target per pod)."""
 

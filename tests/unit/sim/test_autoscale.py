@@ -7,6 +7,7 @@ import pytest
 
 from backend.scheduling.types import TransferConfig
 from backend.sim.autoscale import (
+    Fixed,
     Fleet,
     Observation,
     PodGauges,
@@ -109,18 +110,6 @@ def test_warp_ramps_the_rate_and_keeps_the_order() -> None:
     assert np.sum((burst >= 100) & (burst < 200)) > 2 * np.sum(burst < 100)
 
 
-class _Fixed:
-    """Wants a fixed count: the loop's bookkeeping on its own."""
-
-    name = "fixed"
-
-    def __init__(self, want: int) -> None:
-        self.want = want
-
-    def desired(self, obs: Observation) -> int:
-        return self.want
-
-
 def test_the_loop_routes_only_to_ready_pods_and_keeps_the_bounds() -> None:
     pods = build_pool(4)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
@@ -128,7 +117,7 @@ def test_the_loop_routes_only_to_ready_pods_and_keeps_the_bounds() -> None:
     router = make_policy(OURS, fabric, 0)
     assert isinstance(router, PredictedLatency)
     fleet = Fleet(slots=4, min_pods=1, max_pods=2, startup_s=60.0, initial=1)
-    scaler: Scaler = _Fixed(10)
+    scaler: Scaler = Fixed(10)
     result = run_autoscaled(trace, pods, router, scaler, fleet, SLO, seed=0)
     assert max(r for _, r, _, _ in result.timeline) == 2  # asked for 10, max is 2
     # The second pod was asked for at t = 0 and is ready from t = 60 only.
@@ -150,7 +139,7 @@ def test_recovery_is_measured_against_the_level_before_the_step() -> None:
     trace = warp(load_trace("mooncake-conversation").spread_ties(0), step(0.04, 0.04, 0, 1), 400.0)
     router = make_policy(OURS, fabric, 0)
     assert isinstance(router, PredictedLatency)
-    result = run_autoscaled(trace, pods, router, _Fixed(1), Fleet(2, 1, 1, 0.0, 1), SLO)
+    result = run_autoscaled(trace, pods, router, Fixed(1), Fleet(2, 1, 1, 0.0, 1), SLO)
     arrival = result.outcomes.arrival
     result.ok[:] = True
     # Pretend every request arriving in [200, 290) missed: the first minute of arrivals clear
