@@ -7,6 +7,7 @@ import pytest
 
 from backend.scheduling.types import TransferConfig
 from backend.sim.autoscale import (
+    AutoscaleResult,
     Fixed,
     Fleet,
     Observation,
@@ -110,15 +111,21 @@ def test_warp_ramps_the_rate_and_keeps_the_order() -> None:
     assert np.sum((burst >= 100) & (burst < 200)) > 2 * np.sum(burst < 100)
 
 
-def test_the_loop_routes_only_to_ready_pods_and_keeps_the_bounds() -> None:
-    pods = build_pool(4)
+def _run(rate: float, seconds: float, scaler: Scaler, fleet: Fleet) -> AutoscaleResult:
+    """Mooncake at a constant ``rate`` x its own for ``seconds``, Headroom's router."""
+    pods = build_pool(fleet.slots)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
-    trace = warp(load_trace("mooncake-conversation").spread_ties(0), step(0.3, 0.3, 0, 1), 120.0)
+    trace = warp(
+        load_trace("mooncake-conversation").spread_ties(0), step(rate, rate, 0, 1), seconds
+    )
     router = make_policy(OURS, fabric, 0)
     assert isinstance(router, PredictedLatency)
+    return run_autoscaled(trace, pods, router, scaler, fleet, SLO, seed=0)
+
+
+def test_the_loop_routes_only_to_ready_pods_and_keeps_the_bounds() -> None:
     fleet = Fleet(slots=4, min_pods=1, max_pods=2, startup_s=60.0, initial=1)
-    scaler: Scaler = Fixed(10)
-    result = run_autoscaled(trace, pods, router, scaler, fleet, SLO, seed=0)
+    result = _run(0.3, 120.0, Fixed(10), fleet)
     assert max(r for _, r, _, _ in result.timeline) == 2  # asked for 10, max is 2
     # The second pod was asked for at t = 0 and is ready from t = 60 only.
     assert [ready for t, _, ready, _ in result.timeline if t < 60] == [1] * 4
@@ -133,13 +140,8 @@ def test_the_loop_routes_only_to_ready_pods_and_keeps_the_bounds() -> None:
 
 
 def test_recovery_is_measured_against_the_level_before_the_step() -> None:
-    pods = build_pool(2)
-    fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
     # Light enough for one pod: the level before the step is high.
-    trace = warp(load_trace("mooncake-conversation").spread_ties(0), step(0.04, 0.04, 0, 1), 400.0)
-    router = make_policy(OURS, fabric, 0)
-    assert isinstance(router, PredictedLatency)
-    result = run_autoscaled(trace, pods, router, Fixed(1), Fleet(2, 1, 1, 0.0, 1), SLO)
+    result = _run(0.04, 400.0, Fixed(1), Fleet(2, 1, 1, 0.0, 1))
     arrival = result.outcomes.arrival
     result.ok[:] = True
     # Pretend every request arriving in [200, 290) missed: the first minute of arrivals clear
