@@ -300,6 +300,13 @@ class CapacitySettings(BaseModel):
     namespace: str = Field(
         "default", max_length=63, description="The `namespace` label of the exported gauges."
     )
+    history_points: int = Field(
+        600,
+        ge=1,
+        le=100_000,
+        description="Saturation levels kept per pool in memory for the console's chart, one a "
+        "tick (600 at 1 s: the last 10 minutes).",
+    )
 
 
 class IngestSettings(BaseModel):

@@ -21,6 +21,7 @@ __all__ = [
     "bench_database_url",
     "headroom_process",
     "machine",
+    "mean_min_max",
     "recreate_database",
     "trained_server",
 ]
@@ -83,3 +84,12 @@ def trained_server(tmp: Path, samples: int = 5000) -> Iterator[str]:
                 raise TimeoutError("models were not trained")
             time.sleep(0.2)
         yield url
+
+
+def mean_min_max(values: list[float], digits: int = 4) -> dict[str, float]:
+    """A figure over seeds: its mean and its spread."""
+    return {
+        "mean": round(sum(values) / len(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }

@@ -24,6 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from backend.predictor.live_bias import high_load_bias
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, Simulation
 from backend.sim.gpu import load_profile
@@ -66,6 +67,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         for target in ("ttft", "tpot")
     }
+    # What the console's "bias at high load" reports (backend/predictor/live_bias.py): the
+    # live median bias in the top decile of the chosen pod's load at dispatch.
+    for target, actual, predicted in (
+        ("ttft", result.ttft_ms, result.predicted_ttft_ms),
+        ("tpot", result.tpot_ms, result.predicted_tpot_ms),
+    ):
+        top = high_load_bias(actual, predicted, result.dispatch_load)
+        brief[target]["live_top_load_decile"] = {
+            "n": top.n if top else 0,
+            "median_bias_pct": round(100 * top.bias, 2) if top else None,
+        }
     return {
         "run": {
             "trace": args.trace,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -107,6 +108,8 @@ class CapacityMonitor:
         self._after: int | None = None
         self._reports: dict[str, PoolReport] = {}
         self._desired: dict[str, DesiredReplicas] = {}
+        # Per pool: (time, level or None) a tick, newest last, for the Overview's chart.
+        self._history: dict[str, deque[tuple[datetime, float | None]]] = {}
         self._lock = threading.Lock()  # one tick at a time; readers never take it
 
     def report(self, pool: str) -> PoolReport | None:
@@ -121,6 +124,10 @@ class CapacityMonitor:
 
     def all_desired(self) -> Mapping[str, DesiredReplicas]:
         return self._desired
+
+    def history(self, pool: str) -> list[tuple[datetime, float | None]]:
+        """The pool's level at each recent tick, oldest first (None where it had no level)."""
+        return list(self._history.get(pool, ()))
 
     def refresh(self) -> int:
         """One tick: read new samples, recompute every pool; returns rows read."""
@@ -137,6 +144,14 @@ class CapacityMonitor:
             with self._sessions() as session:
                 desired = read_all(session)
             self._desired = {names[pid]: row for pid, row in desired.items() if pid in names}
+            for name, report in reports.items():
+                points = self._history.get(name)
+                if points is None:
+                    points = deque(maxlen=self._settings.history_points)
+                    self._history[name] = points
+                points.append((now, report.saturation.level if report.saturation else None))
+            for gone in self._history.keys() - reports.keys():
+                del self._history[gone]  # a pool deleted or renamed
             return read
 
     def _read(self) -> int:

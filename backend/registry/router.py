@@ -6,6 +6,7 @@ from fastapi import APIRouter, Query
 
 from backend.auth.deps import ActorDep, EditorDep
 from backend.deps import IdPath, RuntimeDep, SessionDep
+from backend.predictor.live_bias import HighLoadBias
 from backend.predictor.regressors import HybridModel, load_model
 from backend.registry import service
 from backend.registry.models import ModelVersion
@@ -15,8 +16,10 @@ from backend.samples.models import TargetCode
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
 
-def _read(v: ModelVersion, pool: str) -> dict[str, object]:
+def _read(v: ModelVersion, pool: str, bias: HighLoadBias | None = None) -> dict[str, object]:
     return {
+        "live_high_load_bias": bias.bias if bias else None,
+        "live_high_load_n": bias.n if bias else 0,
         "id": v.id,
         "pool": pool,
         "target": TargetCode(v.target).label,
@@ -51,7 +54,11 @@ def list_models(
     versions = service.list_versions(
         session, pool_id, TargetCode.from_label(target) if target else None, limit
     )
-    return [ModelVersionRead.model_validate(_read(v, names[v.pool_id])) for v in versions]
+    biases = service.high_load_biases(session, versions)
+    return [
+        ModelVersionRead.model_validate(_read(v, names[v.pool_id], biases.get(v.id)))
+        for v in versions
+    ]
 
 
 @router.get("/{version_id}", response_model=ModelVersionDetail)
@@ -59,9 +66,10 @@ def get_model(version_id: IdPath, session: SessionDep, _: ActorDep) -> ModelVers
     """One version, with feature importances and (hybrid) the physics base's coefficients."""
     version = service.get_version(session, version_id)
     model = load_model(version.artifact)
+    bias = service.high_load_biases(session, [version]).get(version.id)
     return ModelVersionDetail.model_validate(
         {
-            **_read(version, service.pool_names(session)[version.pool_id]),
+            **_read(version, service.pool_names(session)[version.pool_id], bias),
             "feature_importance": model.feature_importance(),
             "coefficients": model.coefficients() if isinstance(model, HybridModel) else None,
         }

@@ -26,6 +26,13 @@ class ModelVersionRead(BaseModel):
     training_started_at: datetime
     created_at: datetime
     activated_at: datetime | None
+    live_high_load_bias: float | None = Field(
+        None,
+        description="Median (predicted - actual) / actual of this version's live predictions "
+        "(the predicted_*_ms samples carry) in the top decile of load (running + waiting); "
+        "negative is optimistic. Null without enough rows at high load.",
+    )
+    live_high_load_n: int = Field(0, description="Rows behind live_high_load_bias.")
 
 
 class ModelVersionDetail(ModelVersionRead):

@@ -19,9 +19,11 @@ from sqlalchemy.orm import Session
 from backend.exceptions import NotFound
 from backend.pools.models import Pool
 from backend.predictor.gate import Round, Shift
+from backend.predictor.live_bias import HighLoadBias, attribute, high_load_bias
 from backend.predictor.regressors import LatencyModel, load_model
 from backend.registry.models import ActiveModel, ModelVersion
 from backend.registry.notify import Notifier
+from backend.samples import repository as samples_repo
 from backend.samples.models import TargetCode
 from backend.transactions import after_commit, write
 
@@ -218,3 +220,40 @@ def version_counts(session: Session, pool_id: int) -> dict[TargetCode, tuple[int
     )
     found = {TargetCode(t): (int(n), at) for t, n, at in rows}
     return {t: found.get(t, (0, None)) for t in TargetCode}
+
+
+# Live bias near saturation reads at most this many of a (pool, target)'s newest predicted rows:
+# a bounded read per listing, off /predict and ingestion.
+HIGH_LOAD_ROWS = 10_000
+
+
+def high_load_biases(
+    session: Session, versions: Sequence[ModelVersion], limit: int = HIGH_LOAD_ROWS
+) -> dict[int, HighLoadBias]:
+    """Version id -> its live median bias in the top load decile (`predictor/live_bias.py`).
+
+    Samples carry no version, so each row goes to the version active when it was observed
+    (activation times of the pool's versions; a version rolled back to counts from its latest
+    activation). One read per (pool, target) listed; versions never active, or with too few
+    rows at high load among the newest `limit`, get nothing."""
+    out: dict[int, HighLoadBias] = {}
+    for pool_id, target in {(v.pool_id, v.target) for v in versions if v.activated_at}:
+        served = session.execute(
+            select(ModelVersion.id, ModelVersion.activated_at)
+            .where(
+                ModelVersion.pool_id == pool_id,
+                ModelVersion.target == target,
+                ModelVersion.activated_at.is_not(None),
+            )
+            .order_by(ModelVersion.activated_at)
+        ).all()
+        rows = samples_repo.predicted_rows(session, pool_id, TargetCode(target), limit)
+        if not served or not rows.shape[0]:
+            continue
+        owner = attribute(rows[:, 0], [at.timestamp() for _, at in served if at is not None])
+        for index, (version_id, _) in enumerate(served):
+            mine = owner == index
+            bias = high_load_bias(rows[mine, 1], rows[mine, 2], rows[mine, 3])
+            if bias is not None:
+                out[int(version_id)] = bias
+    return out

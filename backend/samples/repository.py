@@ -241,3 +241,27 @@ def recent_samples(
         .limit(limit)
     ).all()
     return [tuple(r) for r in reversed(rows)]
+
+
+def predicted_rows(
+    session: Session, pool_id: int, target: TargetCode, limit: int
+) -> npt.NDArray[np.float64]:
+    """The newest `limit` samples of (pool, target) that carry the router's prediction, as
+    (observed_at epoch seconds, latency_ms, predicted_ms, running + waiting), newest first."""
+    result = session.execute(
+        select(
+            Sample.observed_at,
+            Sample.latency_ms,
+            Sample.predicted_ms,
+            Sample.num_request_running + Sample.num_request_waiting,
+        )
+        .where(
+            Sample.pool_id == pool_id,
+            Sample.target == int(target),
+            Sample.predicted_ms.is_not(None),
+        )
+        .order_by(Sample.id.desc())
+        .limit(limit)
+    )
+    rows = [(at.timestamp(), latency, predicted, load) for at, latency, predicted, load in result]
+    return np.array(rows, dtype=np.float64).reshape(len(rows), 4)

@@ -17,8 +17,11 @@ import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from backend.capacity.models import DesiredReplicas
+from backend.capacity.service import CapacityMonitor, PoolReport
 from backend.pools.models import Pool
 from backend.predictor.evaluation import evaluate
+from backend.predictor.live_bias import OPTIMISTIC_BEYOND, HighLoadBias
 from backend.predictor.regressors import LatencyModel
 from backend.predictor.serving import ModelStore
 from backend.predictor.training import predict_columns
@@ -29,6 +32,7 @@ from backend.samples import repository as samples_repo
 from backend.samples.models import TargetCode
 from backend.samples.schemas import RoleCount
 from backend.samples.service import window_stats
+from backend.scheduling.saturation import Headroom
 from backend.settings import Settings
 
 # "Recent" figures (ingestion rate, last sample, live error) come from the newest samples of
@@ -146,6 +150,7 @@ class TargetStatus:
     trained_through_id: int
     live: LiveError | None
     warnings: list[str]
+    high_load: HighLoadBias | None = None
 
     @property
     def mape(self) -> float | None:
@@ -167,12 +172,97 @@ def _metric(version: ModelVersion | None, key: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+# The Overview's saturation chart: an inline SVG of this size (no script, so htmx's 5 s swap
+# redraws it as it is).
+CHART_W, CHART_H = 240.0, 48.0
+# Why a pool has no level, in words (the statuses of backend/capacity/service.py).
+NO_LEVEL = {
+    "no_slo": "the pool's policy sets no SLO",
+    "no_model": "no TTFT model is active yet",
+    "no_fresh_pods": "no pod has reported recently (samples carry no pod, or are stale)",
+    "no_traffic": "no recent requests to take as representative",
+}
+
+
+@dataclass(frozen=True)
+class SaturationPanel:
+    """A pool's saturation as this process's capacity monitor last computed it, with its recent
+    history (see docs/capacity.md)."""
+
+    status: str
+    level: float | None
+    p50: Headroom | None
+    p90: Headroom | None
+    fresh_pods: int
+    stale_pods: tuple[str, ...]
+    ttft_slo_ms: float | None
+    tpot_slo_ms: float | None
+    lines: list[str]
+    """SVG polyline point lists (one per run of ticks with a level), 0 at the bottom."""
+    span_s: float
+    """How far back the chart reaches."""
+    desired: DesiredReplicas | None = None
+    """The pool's desired replicas as the worker last stored them (docs/capacity.md)."""
+
+    @property
+    def reason(self) -> str:
+        return NO_LEVEL.get(self.status, self.status.replace("_", " "))
+
+
+def chart_lines(points: list[tuple[datetime, float | None]]) -> tuple[list[str], float]:
+    """History -> polylines over a CHART_W x CHART_H box, oldest left, newest right; a tick
+    without a level breaks the line instead of drawing a false 0."""
+    if not points:
+        return [], 0.0
+    start, end = points[0][0], points[-1][0]
+    span = (end - start).total_seconds()
+    lines: list[str] = []
+    run: list[str] = []
+    for at, level in points:
+        if level is None:
+            if run:
+                lines.append(" ".join(run))
+            run = []
+            continue
+        x = CHART_W * ((at - start).total_seconds() / span if span > 0 else 1.0)
+        y = CHART_H * (1.0 - min(max(level, 0.0), 1.0))
+        run.append(f"{x:.1f},{y:.1f}")
+    if run:
+        lines.append(" ".join(run))
+    return lines, span
+
+
+def saturation_panel(
+    report: PoolReport | None,
+    history: list[tuple[datetime, float | None]],
+    desired: DesiredReplicas | None = None,
+) -> SaturationPanel | None:
+    if report is None:
+        return None  # before the first tick: nothing to show yet
+    sat = report.saturation
+    lines, span = chart_lines(history)
+    return SaturationPanel(
+        status=report.status,
+        level=sat.level if sat else None,
+        p50=sat.p50 if sat else None,
+        p90=sat.p90 if sat else None,
+        fresh_pods=report.fresh_pods,
+        stale_pods=report.stale_pods,
+        ttft_slo_ms=report.ttft_slo_ms,
+        tpot_slo_ms=report.tpot_slo_ms,
+        lines=lines,
+        span_s=span,
+        desired=desired,
+    )
+
+
 @dataclass(frozen=True)
 class PoolStatus:
     pool: Pool
     targets: list[TargetStatus]
     last_sample_at: datetime | None
     samples_per_min: float
+    saturation: SaturationPanel | None = None
 
     @property
     def warnings(self) -> list[str]:
@@ -223,6 +313,7 @@ def target_status(
     through = registry.last_trained_max_id(session, pool.id, target)
     live = recent.live_error(pool.id, target)
     warnings: list[str] = []
+    high_load: HighLoadBias | None = None
     if version is None:
         if newest:
             warnings.append(f"{name}: samples are arriving but no model is active yet")
@@ -249,24 +340,51 @@ def target_status(
                 f"{name} live error {_pct(live.mape)} is above the active model's held-out "
                 f"{_pct(held_out)}: traffic may have drifted"
             )
-    return TargetStatus(target, version, last_trained_at, newest, through, live, warnings)
+        high_load = registry.high_load_biases(session, [version], LIVE_ROWS).get(version.id)
+        if high_load is not None and high_load.optimistic:
+            warnings.append(
+                f"{name} is biased optimistic near saturation: in the top load decile "
+                f"(running + waiting >= {high_load.load_threshold:g}) the active model predicts "
+                f"{_pct(-high_load.bias)} below actual (median of {high_load.n} live rows; "
+                f"limit {_pct(-OPTIMISTIC_BEYOND)})"
+            )
+    return TargetStatus(
+        target, version, last_trained_at, newest, through, live, warnings, high_load
+    )
 
 
 def pool_status(
-    session: Session, pool: Pool, settings: Settings, now: datetime, recent: Recent
+    session: Session,
+    pool: Pool,
+    settings: Settings,
+    now: datetime,
+    recent: Recent,
+    capacity: CapacityMonitor | None = None,
 ) -> PoolStatus:
     return PoolStatus(
         pool=pool,
         targets=[target_status(session, pool, t, settings, now, recent) for t in TargetCode],
         last_sample_at=last_sample_at(session, pool.id, recent),
         samples_per_min=recent.per_minute(pool.id),
+        saturation=saturation_panel(
+            capacity.report(pool.name),
+            capacity.history(pool.name),
+            capacity.desired(pool.name),
+        )
+        if capacity is not None
+        else None,
     )
 
 
-def overview(session: Session, pools: list[Pool], settings: Settings) -> list[PoolStatus]:
+def overview(
+    session: Session,
+    pools: list[Pool],
+    settings: Settings,
+    capacity: CapacityMonitor | None = None,
+) -> list[PoolStatus]:
     now = datetime.now(UTC)
     recent = recent_samples(session, now)
-    return [pool_status(session, pool, settings, now, recent) for pool in pools]
+    return [pool_status(session, pool, settings, now, recent, capacity) for pool in pools]
 
 
 # Models page
@@ -326,6 +444,8 @@ class ModelsView:
     scatter: Scatter | None
     live: LiveError | None
     mape_series: list[dict[str, Any]] = field(default_factory=list)
+    high_load: dict[int, HighLoadBias] = field(default_factory=dict)
+    """Version id -> its live median bias in the top load decile."""
 
 
 def models_view(
@@ -351,6 +471,7 @@ def models_view(
         scatter=scatter,
         live=recent_samples(session, datetime.now(UTC)).live_error(pool.id, target),
         mape_series=series,
+        high_load=registry.high_load_biases(session, versions),
     )
 
 

@@ -61,6 +61,8 @@ def test_overview_shows_active_models_and_freshness(page: Page, console: Console
         expect(row.locator("a")).to_have_text(re.compile(r"^v\d+$"))
         expect(row).to_contain_text("%")  # held-out MAPE and bias
     expect(pool.get_by_test_id("rate")).not_to_have_text("0")
+    # The saturation panel: a level, or why there is none (these samples name no pod).
+    expect(pool.get_by_test_id("saturation")).to_contain_text("Saturation")
 
 
 def test_samples_page_shows_window_counts(page: Page, console: Console) -> None:

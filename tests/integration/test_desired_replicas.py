@@ -3,6 +3,7 @@ back from the REST field and the Prometheus gauge of an API process."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from backend.samples.models import Sample
 from backend.sim.fromsamples import record
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces import load_trace
+from tests.console import sign_in_new_user
 from tests.integration.test_capacity import post, set_slo
 from tests.integration.test_prediction import runtime_of
 
@@ -76,6 +78,12 @@ def test_the_job_computes_desired_replicas_served_as_field_and_gauge(
     line = next(ln for ln in metrics.splitlines() if ln.startswith("headroom_desired_replicas{"))
     assert 'variant_name="default"' in line and 'namespace="default"' in line
     assert float(line.rsplit(" ", 1)[1]) == desired["replicas"]
+
+    # The Overview shows it beside the saturation level.
+    sign_in_new_user(client, "ops", role="viewer")
+    page = client.get("/ui/").text
+    shown = re.search(r'data-testid="desired-replicas">(\d+)', page)
+    assert shown is not None and int(shown.group(1)) == desired["replicas"]
 
     # The next run keeps the pod's calibration (most of the cost) and only bisects again.
     assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1

@@ -180,3 +180,20 @@ def test_a_sustained_shift_of_many_pods_is_followed_once_it_has_held(
     assert "kept out of training" in reasons[0]  # the first round holds it back
     assert any("a new regime" in r for r in reasons[1:]), reasons
     assert 4.0 < _probe(client) / before < 6.0
+
+
+def test_models_report_each_versions_live_bias_at_high_load(
+    client: TestClient, settings: Settings
+) -> None:
+    """The EPP's predicted_*_ms against what happened, in the top load decile: latency doubled
+    after training, so the active model predicts about half of it (optimistic, -50 %)."""
+    ingest(client, rows(1500, seed=0))
+    assert {o.status for o in trainer(client, settings).run_once()} == {"activated"}
+    client.post("/reload")
+    assert active_ttft(client)["live_high_load_bias"] is None  # no predicted rows yet
+    ingest(client, rows(1500, seed=1, scale=2.0), predicted=True)
+    active = active_ttft(client)
+    assert active["live_high_load_n"] >= 20
+    assert active["live_high_load_bias"] == pytest.approx(-0.5, abs=0.15)
+    detail = client.get(f"/v1/models/{active['id']}").json()
+    assert detail["live_high_load_bias"] == active["live_high_load_bias"]

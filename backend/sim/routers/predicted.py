@@ -112,8 +112,10 @@ class PredictedLatency(RoutingPolicy):
     def bind(self, view: RouterView) -> None:
         super().bind(view)
         self._names = [s.name for s in view.servers]
+        # Without P/D, the view's own list: an autoscaler (backend/sim/autoscale.py) changes
+        # the routable pods in place.
         self._pods = (
-            (view.prefill_pods + view.decode_pods) if view.disaggregated else list(view.decode_pods)
+            (view.prefill_pods + view.decode_pods) if view.disaggregated else view.decode_pods
         )
         self._class_of = [s.profile.name if self.config.per_class else "" for s in view.servers]
         for key in dict.fromkeys(self._class_of):

@@ -11,16 +11,19 @@ import pytest
 from sqlalchemy.orm import Session
 
 from backend import migrate
+from backend.capacity.service import PoolReport
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.pools.models import Pool
 from backend.pools.service import ensure_default_pool, get_pool
 from backend.predictor.window import WindowSpec
+from backend.registry import service as registry
 from backend.registry.models import ActiveModel, ModelVersion
 from backend.samples.models import TargetCode
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
+from backend.scheduling.saturation import Headroom, PodLevel, Saturation
 from backend.settings import Settings, UISettings, WindowSettings
-from backend.ui.views import overview
+from backend.ui.views import overview, saturation_panel
 from tests.factories import entry
 
 SPEC = WindowSpec.from_settings(WindowSettings())
@@ -148,3 +151,56 @@ def test_the_held_out_sample_takes_both_targets_alike(session: Session) -> None:
         sampled = read_held_out(session, 1, target, one_in=4).n
         assert everything == 4000
         assert 800 < sampled < 1200  # about a quarter, whatever the ids' parity
+
+
+def _saturation(level: float) -> Saturation:
+    head = Headroom(800, "a", 120.0, 10.0)
+    pods = (PodLevel("a", level, 380.0, 40.0), PodLevel("b", level, 380.0, 40.0))
+    return Saturation(level, 1.0 - level, pods, head, Headroom(4000, "b", -50.0, 10.0), 32)
+
+
+def _activate_at(session: Session, version: ModelVersion, age_s: float) -> None:
+    version.activated_at = datetime.now(UTC) - timedelta(seconds=age_s)
+    session.commit()
+
+
+def test_optimistic_bias_near_saturation_is_warned_per_version(session: Session) -> None:
+    old = _version(session, 0.05, age_s=600, through=0)
+    _activate_at(session, old, 600)
+    # Under the old version: exact at every load.
+    _ingest(session, 100, actual_ttft_ms=100.0, predicted_ttft_ms=100.0, num_request_waiting=9)
+    new = _version(session, 0.05, age_s=0, through=100, active=True)
+    _activate_at(session, new, 0)
+    # Under the new one: exact when idle, 20 % optimistic in the top load decile.
+    _ingest(session, 180, actual_ttft_ms=100.0, predicted_ttft_ms=100.0, num_request_waiting=0)
+    _ingest(session, 30, actual_ttft_ms=100.0, predicted_ttft_ms=80.0, num_request_waiting=9)
+    (status,) = overview(session, [_pool(session)], Settings())
+    ttft = status.targets[0]
+    assert ttft.high_load is not None
+    assert ttft.high_load.bias == pytest.approx(-0.2)
+    assert any("biased optimistic near saturation" in w for w in status.warnings)
+    # Per version (what /v1/models and the Models page show): each row to the version active
+    # when it was observed.
+    per_version = registry.high_load_biases(session, [new, old])
+    assert per_version[new.id].bias == pytest.approx(-0.2)
+    assert per_version[old.id].bias == pytest.approx(0.0)
+    assert per_version[old.id].n == 100
+
+
+def test_the_overview_shows_the_saturation_panel_with_its_history(session: Session) -> None:
+    sat = _saturation(0.25)
+    now = datetime.now(UTC)
+    report = PoolReport("default", "ok", now, sat, 2, ("gone",), 500.0, 50.0, 1)
+    history = [(now - timedelta(seconds=2), 0.0), (now - timedelta(seconds=1), None), (now, 0.5)]
+    panel = saturation_panel(report, history)
+    assert panel is not None
+    assert panel.level == 0.25
+    assert panel.stale_pods == ("gone",)
+    assert panel.p50 is not None and panel.p50.ttft_headroom_ms == 120.0
+    # The tick without a level breaks the line; 0 at the bottom, the newest at the right.
+    assert panel.lines == ["0.0,48.0", "240.0,24.0"]
+    assert panel.span_s == pytest.approx(2.0)
+    assert saturation_panel(None, []) is None
+    idle = saturation_panel(PoolReport("default", "no_slo", now, None, 0, (), None, None, 1), [])
+    assert idle is not None and idle.level is None and idle.lines == []
+    assert idle.reason == "the pool's policy sets no SLO"

@@ -1,0 +1,615 @@
+"""An autoscaling loop around the simulator: pods start after a model load and leave after draining.
+
+``Fleet`` is the pool's pod lifecycle (pure bookkeeping): a pod asked for is *starting* for
+``startup_s`` (image pull and model load; it costs GPU time and takes no traffic), then *ready*
+(routable); a pod removed is *draining*: no new requests, it finishes what it holds, then it is
+off. The count the autoscaler controls is ready + starting (a Deployment's replicas), bounded
+by ``min_pods`` and ``max_pods``.
+
+``run_autoscaled`` drives a ``Simulation`` in control periods (HPA's 15 s sync period by
+default): at each one the scaler reads what it would read in a cluster and returns a desired
+count; the same HPA behaviour then applies to every scaler (scale-down stabilisation: the
+highest desired count of the last 300 s, as ``behavior.scaleDown.stabilizationWindowSeconds``
+defaults to), so the comparison is of the signals, not of the actuation.
+
+The scalers:
+
+* ``QueueHpa``: llm-d's "HPA + EPP metrics" path: an HPA on the EPP's queue depth
+  (``inference_extension_flow_control_queue_size``, the requests waiting for a backend). The
+  simulated router dispatches at once, so requests wait in the pods' queues instead: the metric
+  is the sum of the ready pods' ``num_request_waiting``, with an AverageValue target per pod and
+  the HPA algorithm: ``desired = ceil(current x metric / target)``, no change within the 10 %
+  tolerance.
+* ``WvaSaturation``: the workload-variant-autoscaler's saturation analyzer with its default
+  thresholds (KV 0.80, queue 5; scale up when the non-saturated replicas' average spare KV is
+  under 0.10 or spare queue under 3; scale down only if the load spread over one replica fewer
+  keeps both spares; no scale-up while a replica is pending), on the peak of each gauge over the
+  last minute (its ``max_over_time[1m]`` queries).
+* ``PredictedSaturation``: Headroom's saturation level (``backend.scheduling.saturation``, the
+  code the service runs) over the ready pods' gauges and a profile of recent requests, with the
+  router's own online-trained models: scale up when more than the SLO budget of representative
+  requests would miss; scale down when the pods' load spread over one pod fewer would still keep
+  the level within the budget.
+* ``DesiredReplicas``: the smallest pod count at which the simulator, replaying the last
+  minutes of traffic, keeps SLO attainment at the target: a bisection on the pod count over
+  fresh simulations (least-request routing and no step noise, for speed). This is this module's
+  own bisection over the simulator; the service's desired-replicas job (replay of a pool's
+  samples) is separate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from backend.predictor.features import POD_TYPE_CODES
+from backend.scheduling.saturation import Representative, saturation
+from backend.scheduling.types import Candidate, FloatArray
+from backend.sim.engine import SimConfig, SimResult, Simulation
+from backend.sim.online import FIELDS, columns
+from backend.sim.pool import PodSpec
+from backend.sim.routers.predicted import PredictedLatency
+from backend.sim.routers.simple import LeastRequest
+from backend.sim.traces.loader import Trace
+from backend.sim.view import Slo
+
+PodState = Literal["off", "starting", "ready", "draining"]
+
+
+@dataclass
+class Fleet:
+    """Which pods are on, and since when; GPU time counts from the request for a pod to the end
+    of its draining."""
+
+    slots: int
+    min_pods: int
+    max_pods: int
+    startup_s: float
+    initial: int
+    state: list[PodState] = field(init=False)
+    ready_at: list[float] = field(init=False)
+    on_since: list[float] = field(init=False)
+    gpu_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_pods <= self.max_pods:
+            raise ValueError("need 1 <= min_pods <= max_pods")
+        if not self.min_pods <= self.initial <= self.max_pods:
+            raise ValueError("the initial pod count must be within [min_pods, max_pods]")
+        if self.slots < self.max_pods:
+            raise ValueError("need at least max_pods slots")
+        if self.startup_s < 0:
+            raise ValueError("startup_s must be >= 0")
+        ready: list[PodState] = ["ready"] * self.initial
+        off: list[PodState] = ["off"] * (self.slots - self.initial)
+        self.state = ready + off
+        self.ready_at = [0.0] * self.slots
+        self.on_since = [0.0] * self.slots
+
+    def pods(self, state: PodState) -> list[int]:
+        return [i for i, s in enumerate(self.state) if s == state]
+
+    @property
+    def replicas(self) -> int:
+        """What the autoscaler controls: ready + starting."""
+        return sum(1 for s in self.state if s in ("ready", "starting"))
+
+    def _off(self, pod: int, now: float) -> None:
+        self.gpu_s += now - self.on_since[pod]
+        self.state[pod] = "off"
+
+    def advance(self, now: float, busy: Callable[[int], bool]) -> None:
+        """Starting pods whose load is done become ready; idle draining pods go off."""
+        for pod, s in enumerate(self.state):
+            if s == "starting" and self.ready_at[pod] <= now:
+                self.state[pod] = "ready"
+            elif s == "draining" and not busy(pod):
+                self._off(pod, now)
+
+    def scale_to(self, desired: int, now: float, load: Callable[[int], int]) -> int:
+        """Start or remove pods towards ``desired`` (clamped to [min, max]); returns the count
+        set. Removing cancels starting pods first (newest first, as a ReplicaSet deletes
+        not-ready pods first), then drains the ready pods holding the least work."""
+        target = min(max(desired, self.min_pods), self.max_pods)
+        delta = target - self.replicas
+        if delta > 0:
+            free = self.pods("off")
+            if len(free) < delta:
+                raise RuntimeError("no free slot: raise slots (draining pods still hold theirs)")
+            for pod in free[:delta]:
+                self.state[pod] = "starting"
+                self.ready_at[pod] = now + self.startup_s
+                self.on_since[pod] = now
+        elif delta < 0:
+            starting = sorted(self.pods("starting"), key=lambda p: -self.on_since[p])
+            for pod in starting[:-delta]:
+                self._off(pod, now)
+                delta += 1
+            for pod in sorted(self.pods("ready"), key=load)[:-delta] if delta < 0 else []:
+                self.state[pod] = "draining"
+        return target
+
+    def gpu_hours(self, now: float) -> float:
+        live = sum(now - self.on_since[p] for p, s in enumerate(self.state) if s != "off")
+        return (self.gpu_s + live) / 3600.0
+
+
+@dataclass(frozen=True)
+class PodGauges:
+    kv: float
+    waiting: int
+    running: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a scaler reads at a control period."""
+
+    now: float
+    replicas: int
+    starting: int
+    gauges: dict[int, PodGauges]
+    """Ready pods' gauges, by pod."""
+    level: Callable[[Sequence[int], float], float | None]
+    """Headroom's saturation level over these pods with their load scaled by the factor (None
+    before the router has a model or traffic)."""
+    recent: Callable[[float], Trace]
+    """The trace's arrivals of the last ``seconds``, from 0."""
+
+
+class Scaler(Protocol):
+    name: str
+
+    def desired(self, obs: Observation) -> int: ...
+
+
+@dataclass
+class Fixed:
+    """No scaling: always ``pods`` (the reference a scaler is measured against)."""
+
+    pods: int
+    name: str = "fixed"
+
+    def desired(self, obs: Observation) -> int:
+        return self.pods
+
+
+@dataclass
+class QueueHpa:
+    """HPA on the EPP queue depth (AverageValue target per pod)."""
+
+    target: float = 5.0
+    tolerance: float = 0.1
+    name: str = "queue-hpa"
+
+    def desired(self, obs: Observation) -> int:
+        if not obs.gauges:
+            return obs.replicas
+        queue = float(sum(g.waiting for g in obs.gauges.values()))
+        # The HPA divides the metric by the pods it has metrics for (the ready ones).
+        ratio = queue / len(obs.gauges) / self.target
+        if abs(ratio - 1.0) <= self.tolerance:
+            return obs.replicas
+        return math.ceil(len(obs.gauges) * ratio)
+
+
+@dataclass
+class WvaSaturation:
+    """WVA's saturation analyzer with its default thresholds, on 1-minute peaks."""
+
+    kv_threshold: float = 0.80
+    queue_threshold: float = 5.0
+    kv_spare: float = 0.10
+    queue_spare: float = 3.0
+    window_s: float = 60.0
+    name: str = "wva-saturation"
+    _history: deque[tuple[float, dict[int, PodGauges]]] = field(default_factory=deque)
+
+    def desired(self, obs: Observation) -> int:
+        self._history.append((obs.now, obs.gauges))
+        while self._history and self._history[0][0] < obs.now - self.window_s:
+            self._history.popleft()
+        peak: dict[int, tuple[float, float]] = {}
+        for pod in obs.gauges:
+            seen = [g[pod] for _, g in self._history if pod in g]
+            peak[pod] = (max(x.kv for x in seen), float(max(x.waiting for x in seen)))
+        free = [
+            (kv, q)
+            for kv, q in peak.values()
+            if kv < self.kv_threshold and q < self.queue_threshold
+        ]
+        if not free:
+            return obs.replicas + (1 if obs.starting == 0 else 0)
+        spare_kv = float(np.mean([self.kv_threshold - kv for kv, _ in free]))
+        spare_q = float(np.mean([self.queue_threshold - q for _, q in free]))
+        if spare_kv < self.kv_spare or spare_q < self.queue_spare:
+            # Pending replicas block a further scale-up (WVA's guard against cascades).
+            return obs.replicas + (1 if obs.starting == 0 else 0)
+        remaining = len(free) - 1
+        if remaining < 1 or obs.starting:
+            return obs.replicas
+        after_kv = self.kv_threshold - sum(kv for kv, _ in free) / remaining
+        after_q = self.queue_threshold - sum(q for _, q in free) / remaining
+        if after_kv >= self.kv_spare and after_q >= self.queue_spare:
+            return obs.replicas - 1
+        return obs.replicas
+
+
+@dataclass
+class PredictedSaturation:
+    """Headroom's predicted-SLO saturation: keep the share of representative requests that would
+    miss *because of load* within the budget (1 - the attainment target). The share that would
+    miss on idle pods (the same requests on pods with their load scaled to 0: on Mooncake, the
+    longest prompts cannot prefill within 2 s even alone) is subtracted: no pod count fixes it."""
+
+    budget: float = 0.05
+    name: str = "headroom-saturation"
+
+    def desired(self, obs: Observation) -> int:
+        pods = sorted(obs.gauges)
+        level = obs.level(pods, 1.0) if pods else None
+        idle = obs.level(pods, 0.0) if pods else None
+        if level is None or idle is None:
+            return obs.replicas
+        if level - idle > self.budget:
+            if obs.starting:
+                return obs.replicas  # capacity is on its way; its effect is not visible yet
+            # The share missing says how far off the pool is: add that share of pods, at least 1.
+            return obs.replicas + max(1, math.ceil(len(pods) * (level - idle)))
+        if len(pods) > 1 and not obs.starting:
+            # One pod fewer: the same work over n - 1 pods.
+            fewer = obs.level(pods, len(pods) / (len(pods) - 1))
+            if fewer is not None and fewer - idle <= self.budget:
+                return obs.replicas - 1
+        return obs.replicas
+
+
+@dataclass
+class DesiredReplicas:
+    """The smallest pod count that keeps SLO attainment at the target on a replay of the last
+    ``window_s`` of traffic, by bisection on the pod count over fresh simulations. Where even
+    ``max_pods`` cannot reach the target (requests no pod count serves in time), the target is
+    what ``max_pods`` reaches less ``slack``."""
+
+    pods: Sequence[PodSpec]
+    slo: Slo
+    target: float = 0.95
+    window_s: float = 120.0
+    every_s: float = 30.0
+    min_pods: int = 1
+    max_pods: int = 8
+    slack: float = 0.03
+    name: str = "headroom-desired"
+    _last: tuple[float, int] | None = None
+
+    def attainment(self, trace: Trace, n: int) -> float:
+        sim = Simulation(
+            trace,
+            self.pods[:n],
+            LeastRequest(),
+            SimConfig(slo=self.slo, step_noise=0.0, dispatch_delay_ms=0.0),
+        )
+        return slo_attainment(sim.run(), self.slo)
+
+    def desired(self, obs: Observation) -> int:
+        if self._last is not None and obs.now - self._last[0] < self.every_s:
+            return self._last[1]
+        trace = obs.recent(self.window_s)
+        if len(trace) == 0:
+            return obs.replicas
+        lo, hi = self.min_pods, self.max_pods
+        target = min(self.target, self.attainment(trace, hi) - self.slack)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.attainment(trace, mid) >= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        self._last = (obs.now, lo)
+        return lo
+
+
+def meets_slo(result: SimResult, slo: Slo) -> npt.NDArray[np.bool_]:
+    """Per request: finished within both SLOs (shed or unfinished ones miss; a one-token
+    answer has no TPOT to miss)."""
+    ttft = result.ttft_ms
+    tpot = np.nan_to_num(result.tpot_ms, nan=0.0)
+    return np.isfinite(ttft) & (ttft <= slo.ttft_ms) & (tpot <= slo.tpot_ms)
+
+
+def slo_attainment(result: SimResult, slo: Slo) -> float:
+    """Share of requests within both SLOs."""
+    ok = meets_slo(result, slo)
+    return float(ok.mean()) if ok.size else 1.0
+
+
+# Traffic shapes
+
+
+Rate = Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
+
+
+def warp(trace: Trace, rate: Rate, horizon_s: float) -> Trace:
+    """The trace's requests, in order, arriving at ``rate(t)`` times the trace's own rate: a
+    recorded arrival at ``s`` lands at the ``t`` where the integral of the rate reaches ``s``.
+    Requests past ``horizon_s`` are dropped."""
+    grid = np.linspace(0.0, horizon_s, int(horizon_s * 10) + 1)
+    steps = (rate(grid[1:]) + rate(grid[:-1])) / 2 * np.diff(grid)
+    mass = np.concatenate([[0.0], np.cumsum(steps)])
+    out = trace.select(trace.arrival_s <= mass[-1])
+    return replace(out, arrival_s=np.interp(out.arrival_s, mass, grid), tick_s=0.0)
+
+
+def ramp(base: float, peak: float, up_s: float, start_s: float = 0.0) -> Rate:
+    """``base`` x the trace's rate until ``start_s``, rising linearly to ``peak`` over ``up_s``
+    and back down to ``base`` over ``up_s``."""
+
+    def rate(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        x = t - start_s
+        up = base + (peak - base) * np.clip(x / up_s, 0.0, 1.0)
+        down = peak - (peak - base) * np.clip((x - up_s) / up_s, 0.0, 1.0)
+        return np.where(x <= up_s, up, down)
+
+    return rate
+
+
+def step(base: float, burst: float, at_s: float, for_s: float) -> Rate:
+    """``base`` x the trace's rate, ``burst`` x from ``at_s`` for ``for_s``."""
+
+    def rate(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return np.where((t >= at_s) & (t < at_s + for_s), burst, base)
+
+    return rate
+
+
+# The loop
+
+
+@dataclass(frozen=True)
+class AutoscaleResult:
+    scaler: str
+    attainment: float
+    """Share of all requests within both SLOs."""
+    gpu_hours: float
+    requests: int
+    timeline: list[tuple[float, int, int, float]]
+    """Per control period: (time s, replicas, ready pods, attainment of the requests that
+    arrived in that period)."""
+    outcomes: SimResult
+    ok: npt.NDArray[np.bool_]
+    """Per request: met both SLOs."""
+
+    def recovery_s(
+        self, after_s: float, window_s: float = 60.0, within: float = 0.05
+    ) -> float | None:
+        """Seconds from ``after_s`` (the step) until the requests arriving in a ``window_s``
+        window that starts after it meet the SLOs again at the pre-step level (the 120 s before
+        it) less ``within``: the end of the first such window, less ``after_s``. None: never
+        within the run. Relative to the pre-step level because some requests miss at any pod
+        count (Mooncake's longest prompts)."""
+        ok, arrival = self.ok, self.outcomes.arrival
+        before = ok[(arrival >= after_s - 120.0) & (arrival < after_s)]
+        if not before.size:
+            return None
+        level = float(before.mean()) - within
+        for t, _, _, _ in self.timeline:
+            if t - window_s < after_s:
+                continue
+            now = ok[(arrival >= t - window_s) & (arrival < t)]
+            if now.size and float(now.mean()) >= level:
+                return t - after_s
+        return None
+
+
+def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Candidate]:
+    """The pods as the router sees them (scraped gauges, its in-flight counts), their load
+    scaled by ``factor`` (the same work over fewer pods)."""
+    v = sim.view
+    out = []
+    for p in pods:
+        g = v.scraped(p)
+        server = v.servers[p]
+        out.append(
+            Candidate(
+                name=server.name,
+                kv_cache_percentage=min(1.0, g.kv_cache_usage * factor),
+                input_token_length=0,
+                num_request_waiting=round(g.num_waiting * factor),
+                num_request_running=round(g.num_running * factor),
+                prefix_cache_score=0.0,
+                prefill_tokens_in_flight=round(v.prefill_inflight[p] * factor),
+                decode_tokens_in_flight=round(v.decode_inflight[p] * factor),
+                role=server.role,  # type: ignore[arg-type]
+                pod_class=server.profile.name,
+                topology=server.topology,
+            )
+        )
+    return out
+
+
+def _rows(candidates: Sequence[Candidate]) -> npt.NDArray[np.float64]:
+    """Candidates -> the online predictor's rows (``online.FIELDS`` order)."""
+    return np.asarray(
+        [
+            (
+                c.kv_cache_percentage,
+                float(c.input_token_length),
+                float(c.num_request_waiting),
+                float(c.num_request_running),
+                c.prefix_cache_score,
+                float(c.prefill_tokens_in_flight),
+                float(c.decode_tokens_in_flight),
+                1.0,
+                float(POD_TYPE_CODES[c.role]),
+            )
+            for c in candidates
+        ],
+        dtype=np.float64,
+    ).reshape(len(candidates), 9)
+
+
+_PREFIX = FIELDS.index("prefix_cache_score")
+
+
+class Probe:
+    """Headroom's saturation level over a running simulation, with its router's online models
+    and a profile of the requests that arrived in the last ``profile_s``."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        router: PredictedLatency,
+        profile_s: float = 60.0,
+        representatives: int = 32,
+    ) -> None:
+        self.sim, self.router = sim, router
+        self.profile_s, self.representatives = profile_s, representatives
+
+    def representatives_at(self, now: float) -> list[Representative]:
+        trace = self.sim.trace
+        lo, hi = np.searchsorted(trace.arrival_s, [now - self.profile_s, now])
+        if hi <= lo:
+            return []
+        picks = np.linspace(lo, hi - 1, min(self.representatives, hi - lo)).round().astype(int)
+        reps = []
+        for i in picks.tolist():
+            # The prefix score the router saw for it at dispatch, as the service's profile takes
+            # it from the TTFT samples. (Its prefix is cached *now* because it was served: a
+            # score read from the caches now would make every recent request look like a hit.)
+            route = self.sim.routes[i]
+            row = route.ttft_row if route is not None else None
+            reps.append(
+                Representative(int(trace.input_tokens[i]), float(row[_PREFIX]) if row else 0.0)
+            )
+        return reps
+
+    def level(self, pods: Sequence[int], factor: float = 1.0) -> float | None:
+        predictors = list(self.router.predictors.values())
+        if not pods or not predictors or not all(p.ready() for p in predictors):
+            return None
+        reps = self.representatives_at(self.sim.view.now)
+        if not reps:
+            return None
+        predictor = predictors[0]  # one GPU class in an autoscaled pool
+
+        def predict(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+            return predictor.predict(columns(_rows(rows)))
+
+        slo = self.sim.config.slo
+        sat = saturation(
+            _candidates(self.sim, pods, factor),
+            reps,
+            self.router.config.policy,
+            slo.ttft_ms,
+            slo.tpot_ms,
+            predict,
+        )
+        return sat.level
+
+
+def run_autoscaled(
+    trace: Trace,
+    pods: Sequence[PodSpec],
+    router: PredictedLatency,
+    scaler: Scaler,
+    fleet: Fleet,
+    slo: Slo,
+    seed: int = 0,
+    period_s: float = 15.0,
+    stabilise_down_s: float = 300.0,
+    measure_from_s: float = 0.0,
+) -> AutoscaleResult:
+    """Run ``trace`` through ``len(pods)`` pod slots, of which the fleet's ready ones take
+    traffic, with ``scaler`` deciding at every control period. The trace is used as given
+    (spread its ties beforehand). Attainment and GPU-hours count from ``measure_from_s`` (after
+    a warm-up in which the scaler settles) to the last arrival."""
+    if len(pods) != fleet.slots:
+        raise ValueError("one pod spec per fleet slot")
+    sim = Simulation(trace, pods, router, SimConfig(slo=slo, seed=seed, spread_ties=False))
+    routable = sim.view.decode_pods  # the router routes over this list: keep it the ready pods
+    routable[:] = fleet.pods("ready")
+    probe = Probe(sim, router)
+    servers = sim.servers
+
+    def busy(p: int) -> bool:
+        return bool(servers[p].running or servers[p].waiting) or sim.view.dispatched[p] > 0
+
+    def load(p: int) -> int:
+        return len(servers[p].running) + len(servers[p].waiting)
+
+    def recent(seconds: float) -> Trace:
+        now = sim.view.now
+        return trace.select((trace.arrival_s >= now - seconds) & (trace.arrival_s < now))
+
+    horizon = float(trace.arrival_s[-1]) if len(trace) else 0.0
+    gpu_hours: float | None = None
+    gpu_before: float | None = None
+    wanted: deque[tuple[float, int]] = deque()
+    timeline: list[tuple[float, int, int, float]] = []
+    t, more = 0.0, True
+    next_period = 0.0
+    while more or fleet.pods("draining") or fleet.pods("starting"):
+        more = sim.run_until(t)
+        sim.view.now = t
+        fleet.advance(t, busy)
+        if t >= next_period:
+            gauges = {}
+            for p in fleet.pods("ready"):
+                g = sim.view.scraped(p)
+                gauges[p] = PodGauges(g.kv_cache_usage, g.num_waiting, g.num_running)
+            obs = Observation(
+                t, fleet.replicas, len(fleet.pods("starting")), gauges, probe.level, recent
+            )
+            want = scaler.desired(obs)
+            wanted.append((t, want))
+            while wanted[0][0] < t - stabilise_down_s:
+                wanted.popleft()
+            if want < fleet.replicas:
+                # HPA's scale-down stabilisation: the highest recommendation of the window.
+                want = min(fleet.replicas, max(w for _, w in wanted))
+            fleet.scale_to(want, t, load)
+            timeline.append((t, fleet.replicas, len(fleet.pods("ready")), math.nan))
+            next_period = t + period_s
+            if gpu_before is None and t >= measure_from_s:
+                gpu_before = fleet.gpu_hours(t)
+            if gpu_hours is None and t >= horizon:
+                gpu_hours = fleet.gpu_hours(t)  # over the traffic, not the tail's draining
+        routable[:] = fleet.pods("ready")
+        if not more and not fleet.pods("draining") and not fleet.pods("starting"):
+            break
+        ready_times = [fleet.ready_at[p] for p in fleet.pods("starting")]
+        t = min([next_period, *[r for r in ready_times if r > t]])
+    result = sim.run()  # nothing is left to process: this collects the outcomes
+    measured = result.arrival >= measure_from_s
+    end = gpu_hours if gpu_hours is not None else fleet.gpu_hours(t)
+    return AutoscaleResult(
+        scaler=scaler.name,
+        attainment=float(meets_slo(result, slo)[measured].mean()) if measured.any() else 1.0,
+        gpu_hours=end - (gpu_before or 0.0),
+        requests=len(trace),
+        timeline=_per_period(timeline, result, slo, trace, period_s),
+        outcomes=result,
+        ok=meets_slo(result, slo),
+    )
+
+
+def _per_period(
+    timeline: list[tuple[float, int, int, float]],
+    result: SimResult,
+    slo: Slo,
+    trace: Trace,
+    period_s: float,
+) -> list[tuple[float, int, int, float]]:
+    """Each period's attainment over the requests that arrived in the period before it."""
+    ok = meets_slo(result, slo)
+    out = []
+    for t, replicas, ready, _ in timeline:
+        mask = (trace.arrival_s >= t - period_s) & (trace.arrival_s < t)
+        out.append((t, replicas, ready, float(ok[mask].mean()) if mask.any() else math.nan))
+    return out

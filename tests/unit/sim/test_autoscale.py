@@ -1,0 +1,152 @@
+"""The autoscaling loop: pods start after their model load, leave after draining, stay in bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backend.scheduling.types import TransferConfig
+from backend.sim.autoscale import (
+    AutoscaleResult,
+    Fixed,
+    Fleet,
+    Observation,
+    PodGauges,
+    QueueHpa,
+    Scaler,
+    WvaSaturation,
+    ramp,
+    run_autoscaled,
+    step,
+    warp,
+)
+from backend.sim.gpu import load_profile
+from backend.sim.pool import build_pool
+from backend.sim.routers import OURS, make_policy
+from backend.sim.routers.predicted import PredictedLatency
+from backend.sim.traces import load_trace
+from backend.sim.view import Slo
+
+SLO = Slo(2000.0, 100.0)
+
+
+def _never_busy(_: int) -> bool:
+    return False
+
+
+def test_a_pod_takes_traffic_only_after_its_startup_delay() -> None:
+    fleet = Fleet(slots=6, min_pods=1, max_pods=4, startup_s=90.0, initial=1)
+    assert fleet.scale_to(3, now=10.0, load=lambda p: 0) == 3
+    assert fleet.pods("ready") == [0]
+    assert fleet.pods("starting") == [1, 2]
+    assert fleet.replicas == 3
+    fleet.advance(99.9, _never_busy)
+    assert fleet.pods("ready") == [0]
+    fleet.advance(100.0, _never_busy)
+    assert fleet.pods("ready") == [0, 1, 2]
+    # A starting pod costs GPU time: 1 pod for 100 s, 2 more for 90 s.
+    assert fleet.gpu_hours(100.0) == pytest.approx((100 + 2 * 90) / 3600)
+
+
+def test_a_removed_pod_drains_before_it_is_off() -> None:
+    fleet = Fleet(slots=4, min_pods=1, max_pods=3, startup_s=0.0, initial=3)
+    work = {0: 5, 1: 1, 2: 3}
+    fleet.scale_to(2, now=0.0, load=lambda p: work[p])
+    # The pod holding the least work drains; it keeps its GPU until it is idle.
+    assert fleet.pods("draining") == [1]
+    assert fleet.replicas == 2
+    fleet.advance(30.0, lambda p: p == 1)
+    assert fleet.pods("draining") == [1]
+    fleet.advance(60.0, _never_busy)
+    assert fleet.pods("draining") == [] and fleet.pods("off") == [1, 3]
+    assert fleet.gpu_hours(60.0) == pytest.approx((2 * 60 + 60) / 3600)
+
+
+def test_removing_cancels_starting_pods_first_and_counts_stay_in_bounds() -> None:
+    fleet = Fleet(slots=8, min_pods=2, max_pods=4, startup_s=60.0, initial=2)
+    assert fleet.scale_to(100, now=0.0, load=lambda p: 0) == 4
+    assert fleet.replicas == 4 and len(fleet.pods("starting")) == 2
+    assert fleet.scale_to(0, now=10.0, load=lambda p: 0) == 2
+    assert fleet.pods("starting") == [] and fleet.pods("draining") == []
+    assert fleet.pods("ready") == [0, 1]
+    with pytest.raises(ValueError):
+        Fleet(slots=8, min_pods=3, max_pods=2, startup_s=0.0, initial=2)
+
+
+def _obs(gauges: dict[int, PodGauges], replicas: int, starting: int = 0) -> Observation:
+    def no_level(pods: object, factor: float) -> float | None:
+        return None
+
+    return Observation(0.0, replicas, starting, gauges, no_level, lambda s: None)  # type: ignore[arg-type,return-value]
+
+
+def test_queue_hpa_follows_the_hpa_formula_with_its_tolerance() -> None:
+    hpa = QueueHpa(target=5.0)
+    two = {0: PodGauges(0.5, 15, 10), 1: PodGauges(0.5, 15, 10)}
+    assert hpa.desired(_obs(two, 2)) == 6  # ceil(2 x (30 / 2) / 5)
+    near = {0: PodGauges(0.5, 5, 10), 1: PodGauges(0.5, 5, 10)}
+    assert hpa.desired(_obs(near, 2)) == 2  # within 10 %: no change
+    idle = {0: PodGauges(0.1, 0, 1), 1: PodGauges(0.1, 0, 1)}
+    assert hpa.desired(_obs(idle, 2)) == 0  # the loop clamps to min_pods
+
+
+def test_wva_scales_up_on_spare_capacity_and_down_only_when_safe() -> None:
+    busy = {0: PodGauges(0.75, 1, 20), 1: PodGauges(0.75, 1, 20)}
+    assert WvaSaturation().desired(_obs(busy, 2)) == 3  # spare KV 0.05 < 0.10
+    assert WvaSaturation().desired(_obs(busy, 3, starting=1)) == 3  # pending: no cascade
+    idle = {0: PodGauges(0.1, 0, 2), 1: PodGauges(0.1, 0, 2), 2: PodGauges(0.1, 0, 2)}
+    assert WvaSaturation().desired(_obs(idle, 3)) == 2
+    middling = {0: PodGauges(0.5, 0, 2), 1: PodGauges(0.5, 0, 2)}
+    assert WvaSaturation().desired(_obs(middling, 2)) == 2  # 1.0 KV on one pod: not safe
+
+
+def test_warp_ramps_the_rate_and_keeps_the_order() -> None:
+    trace = load_trace("mooncake-conversation").spread_ties(0)
+    warped = warp(trace, ramp(0.5, 1.5, 300.0), 600.0)
+    arrivals = warped.arrival_s
+    assert np.all(np.diff(arrivals) >= 0) and arrivals[-1] <= 600.0
+    first, middle = np.sum(arrivals < 60), np.sum((arrivals >= 270) & (arrivals < 330))
+    assert middle > 2 * first  # about 1.45x against 0.55x the trace's rate
+    burst = warp(trace, step(0.5, 1.5, 100.0, 100.0), 300.0).arrival_s
+    assert np.sum((burst >= 100) & (burst < 200)) > 2 * np.sum(burst < 100)
+
+
+def _run(rate: float, seconds: float, scaler: Scaler, fleet: Fleet) -> AutoscaleResult:
+    """Mooncake at a constant ``rate`` x its own for ``seconds``, Headroom's router."""
+    pods = build_pool(fleet.slots)
+    fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
+    trace = warp(
+        load_trace("mooncake-conversation").spread_ties(0), step(rate, rate, 0, 1), seconds
+    )
+    router = make_policy(OURS, fabric, 0)
+    assert isinstance(router, PredictedLatency)
+    return run_autoscaled(trace, pods, router, scaler, fleet, SLO, seed=0)
+
+
+def test_the_loop_routes_only_to_ready_pods_and_keeps_the_bounds() -> None:
+    fleet = Fleet(slots=4, min_pods=1, max_pods=2, startup_s=60.0, initial=1)
+    result = _run(0.3, 120.0, Fixed(10), fleet)
+    assert max(r for _, r, _, _ in result.timeline) == 2  # asked for 10, max is 2
+    # The second pod was asked for at t = 0 and is ready from t = 60 only.
+    assert [ready for t, _, ready, _ in result.timeline if t < 60] == [1] * 4
+    assert all(ready == 2 for t, _, ready, _ in result.timeline if t >= 60)
+    # Before t = 60 every request went to the one ready pod.
+    early = result.outcomes.arrival < 59.0
+    assert early.any() and set(result.outcomes.pod[early].tolist()) == {0}
+    assert set(result.outcomes.pod[~early].tolist()) <= {0, 1}
+    assert 0.0 < result.attainment <= 1.0
+    # Two pods for (about) the 120 s of traffic, one of them from t = 0 while it loaded.
+    assert result.gpu_hours == pytest.approx(2 * 120 / 3600, rel=0.15)
+
+
+def test_recovery_is_measured_against_the_level_before_the_step() -> None:
+    # Light enough for one pod: the level before the step is high.
+    result = _run(0.04, 400.0, Fixed(1), Fleet(2, 1, 1, 0.0, 1))
+    arrival = result.outcomes.arrival
+    result.ok[:] = True
+    # Pretend every request arriving in [200, 290) missed: the first minute of arrivals clear
+    # of them ends at a period boundary (every 15 s) at 345 or 360.
+    result.ok[(arrival >= 200) & (arrival < 290)] = False
+    recovered = result.recovery_s(200.0)
+    assert recovered is not None and 145.0 <= recovered <= 160.0
+    assert result.recovery_s(10_000.0) is None  # no step inside the run
