@@ -266,11 +266,12 @@ class CapacitySettings(BaseModel):
         le=1_000,
         description="Requests from the profile placed on every pod per tick (evenly spaced).",
     )
-    batch_rows: int = Field(
-        20_000, ge=1, description="Samples read per database round trip by a tick."
-    )
-    max_batches_per_tick: int = Field(
-        5, ge=1, description="Round trips a tick may make; a larger backlog waits a tick."
+    profile_rows: int = Field(
+        512,
+        ge=1,
+        le=100_000,
+        description="Newest samples a tick adds to the request profile (the rest of a busy "
+        "second's samples only update the pods' gauges, through one aggregate per pod).",
     )
     start_back_rows: int = Field(
         20_000, ge=0, description="How many of the newest samples a starting process reads."

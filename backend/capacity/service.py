@@ -155,21 +155,22 @@ class CapacityMonitor:
             return read
 
     def _read(self) -> int:
+        """The samples since the last tick: each pod's newest (its gauges now) and a sample of
+        the newest requests (the profile). Bounded by the pod count plus `profile_rows`, not
+        by the ingestion rate, so a busy pool costs a tick no more than a quiet one."""
         s = self._settings
-        total = 0
         with self._sessions() as session:
+            top = repository.newest_id(session)
             if self._after is None:
-                self._after = repository.id_before_newest(session, s.start_back_rows)
-            # Bounded per tick; a backlog is worked off over the following ticks.
-            for _ in range(s.max_batches_per_tick):
-                rows = repository.rows_after(session, self._after, s.batch_rows)
-                if not rows:
-                    break
-                self._after = max(self._after, apply(self._signals, rows, s.profile_size))
-                total += len(rows)
-                if len(rows) < s.batch_rows:
-                    break
-        return total
+                self._after = max(0, top - s.start_back_rows)
+            if top <= self._after:
+                return 0
+            pods = repository.latest_per_pod(session, self._after, top)
+            recent = repository.newest_after(session, self._after, top, s.profile_rows)
+        apply(self._signals, pods, s.profile_size, profile=False)
+        apply(self._signals, recent, s.profile_size, gauges=False)
+        self._after = top
+        return len(pods) + len(recent)
 
     def _pool_names(self) -> dict[int, str]:
         with self._sessions() as session:

@@ -63,12 +63,13 @@ class PoolSignals:
         self.requests = deque(maxlen=self.profile_size)
         self.output_tokens = deque(maxlen=self.profile_size)
 
-    def add(self, row: Any) -> None:
-        if row.target == TargetCode.TTFT:
-            self.requests.append(Representative(row.input_token_length, row.prefix_cache_score))
-        elif row.num_tokens_generated > 0:
-            self.output_tokens.append(row.num_tokens_generated)
-        if not row.pod or row.pod_type not in _ROLES:
+    def add(self, row: Any, *, profile: bool = True, gauges: bool = True) -> None:
+        if profile:
+            if row.target == TargetCode.TTFT:
+                self.requests.append(Representative(row.input_token_length, row.prefix_cache_score))
+            elif row.num_tokens_generated > 0:
+                self.output_tokens.append(row.num_tokens_generated)
+        if not gauges or not row.pod or row.pod_type not in _ROLES:
             return  # an unnamed pod cannot be told apart from another; an encoder is no target
         observed = _utc(row.observed_at)
         seen = self.pods.get(row.pod)
@@ -103,13 +104,21 @@ def _name(p: PodGauges) -> str:
     return p.name
 
 
-def apply(signals: dict[int, PoolSignals], rows: Iterable[Any], profile_size: int) -> int:
-    """Feeds rows into their pools' signals; returns the highest id seen (0 for none)."""
+def apply(
+    signals: dict[int, PoolSignals],
+    rows: Iterable[Any],
+    profile_size: int,
+    *,
+    profile: bool = True,
+    gauges: bool = True,
+) -> int:
+    """Feeds rows (oldest first) into their pools' signals: the request profile, the pods'
+    gauges or both; returns the highest id seen (0 for none)."""
     top = 0
     for row in rows:
         pool = signals.get(row.pool_id)
         if pool is None:
             pool = signals[row.pool_id] = PoolSignals(profile_size)
-        pool.add(row)
-        top = row.id
+        pool.add(row, profile=profile, gauges=gauges)
+        top = max(top, row.id)
     return top

@@ -153,17 +153,34 @@ _SIGNAL_COLUMNS = (
 )
 
 
-def rows_after(session: Session, after_id: int, limit: int) -> list[Any]:
-    """Samples of every pool with an id above ``after_id``, oldest first (a primary-key range
-    scan): the capacity monitor's incremental read."""
-    query = select(*_SIGNAL_COLUMNS).where(Sample.id > after_id).order_by(Sample.id).limit(limit)
+def latest_per_pod(session: Session, after_id: int, upto_id: int) -> list[Any]:
+    """The newest sample of each (pool, pod) among ids in (after_id, upto_id], oldest first:
+    the capacity monitor's view of every pod's gauges. The database aggregates, so a tick costs
+    one row per pod however many samples arrived."""
+    newest = (
+        select(func.max(Sample.id))
+        .where(Sample.id > after_id, Sample.id <= upto_id, Sample.pod.is_not(None))
+        .group_by(Sample.pool_id, Sample.pod)
+    )
+    query = select(*_SIGNAL_COLUMNS).where(Sample.id.in_(newest)).order_by(Sample.id)
     return list(session.execute(query).all())
 
 
-def id_before_newest(session: Session, back: int) -> int:
-    """The id ``back`` rows before the newest sample of any pool (0 for an emptier table)."""
-    top = session.scalar(select(func.max(Sample.id)))
-    return max(0, int(top or 0) - back)
+def newest_after(session: Session, after_id: int, upto_id: int, limit: int) -> list[Any]:
+    """At most the newest ``limit`` samples among ids in (after_id, upto_id], oldest first: the
+    capacity monitor's sample of recent requests."""
+    query = (
+        select(*_SIGNAL_COLUMNS)
+        .where(Sample.id > after_id, Sample.id <= upto_id)
+        .order_by(Sample.id.desc())
+        .limit(limit)
+    )
+    return list(reversed(session.execute(query).all()))
+
+
+def newest_id(session: Session) -> int:
+    """The newest sample id of any pool (0 for an empty table)."""
+    return int(session.scalar(select(func.max(Sample.id))) or 0)
 
 
 def newest_rows(session: Session, limit: int) -> npt.NDArray[np.float64]:

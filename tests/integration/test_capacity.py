@@ -95,3 +95,17 @@ def test_saturation_is_exported_for_the_autoscaler(client: TestClient) -> None:
 
 def test_an_unknown_pool_is_404(client: TestClient) -> None:
     assert client.get("/v1/pools/nope/saturation").status_code == 404
+
+
+def test_a_tick_sees_every_pod_however_many_samples_arrived(client: TestClient) -> None:
+    # 4,000 samples from 80 pods in one tick: more than the profile takes (512), and every
+    # pod's newest gauges still arrive (aggregated per pod by the database).
+    post(client, traffic(2000, pods=80))
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    runtime = runtime_of(client)
+    assert runtime.settings.capacity.profile_rows < 4000
+    body = saturation_of(client)
+    assert body["status"] == "ok"
+    assert body["fresh_pods"] == 80
+    assert len(body["pods"]) == 80
