@@ -29,7 +29,8 @@ from backend.exceptions import Invalid
 from backend.policies.schemas import PolicySpec
 from backend.policies.service import policy_for_pool, spec_of
 from backend.settings import CapacitySettings
-from backend.sim.fromsamples import SampleRow, build_workload
+from backend.sim.fromsamples import Calibration, SampleRow, build_workload
+from backend.sim.fromsamples import Workload as SampleWorkload
 from backend.sim.pool import build_pool
 from backend.sim.protocol import SUITES, Job, arrivals
 from backend.sim.traces.loader import Trace
@@ -109,12 +110,23 @@ def pool_replay(
         raise Invalid(f"pool-replay: {found}", field="workload")
     slo, rows = found
     replay = build_workload(rows)
-    try:
-        parts = replay_parts(replay.trace, budget.seeds + 1, budget.requests)
+    try:  # before calibrating: the replay's cut is checked before its costly part
+        replay_parts(replay.trace, budget.seeds + 1, budget.requests)
     except ValueError as exc:  # TTFT samples that rebuild fewer requests than counted
         raise Invalid(f"pool-replay: {exc}", field="workload") from exc
     progress(0.0, "calibrating the simulated pod to the pool's latencies")
     cal, reused = pool_calibration(pool_id, replay, slo, settings)
+    workload = replay_workload(replay, cal, slo, budget)
+    details = {**workload.details, "calibration": {**cal.summary(), "reused": reused}}
+    return dataclasses.replace(
+        workload, details={**details, "lookback_s": settings.desired_lookback_s}
+    )
+
+
+def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: Budget) -> Workload:
+    """A replay built from samples, on its calibrated pod, as the advisor's workload (pure: the
+    service above and ``bench/advisor_replay.py`` share it). ``ValueError``: too few requests."""
+    parts = replay_parts(replay.trace, budget.seeds + 1, budget.requests)
     pods = max(1, len(replay.pods))
     n = len(replay.trace)
     error = f"{cal.error:.3f}" if math.isfinite(cal.error) else "unknown"
@@ -137,11 +149,7 @@ def pool_replay(
             "decode_scale": cal.pod.scale,
             "spread_ties": False,
         },
-        details={
-            **replay.summary(),
-            "calibration": {**cal.summary(), "reused": reused},
-            "lookback_s": settings.desired_lookback_s,
-        },
+        details={**replay.summary(), "calibration": cal.summary()},
     )
 
 
