@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final
 
 import numpy as np
@@ -28,8 +28,10 @@ from backend.capacity.desired import policy_slo, pool_calibration, recent_rows
 from backend.exceptions import Invalid
 from backend.policies.schemas import PolicySpec
 from backend.policies.service import policy_for_pool, spec_of
+from backend.samples.models import TargetCode
+from backend.samples.repository import count_recent
 from backend.settings import CapacitySettings
-from backend.sim.fromsamples import Calibration, SampleRow, build_workload
+from backend.sim.fromsamples import Calibration, build_workload
 from backend.sim.fromsamples import Workload as SampleWorkload
 from backend.sim.pool import build_pool
 from backend.sim.protocol import SUITES, Job, arrivals
@@ -67,31 +69,29 @@ def replay_parts(trace: Trace, parts: int, requests: int) -> tuple[Trace, ...]:
     )
 
 
-def _replay_input(
-    session: Session, pool_id: int, settings: CapacitySettings, budget: Budget, now: datetime
-) -> tuple[Slo, list[SampleRow]] | str:
-    """The pool's SLOs and recent rows, or why it cannot be replayed (no simulation)."""
-    slo = policy_slo(spec_of(policy_for_pool(session, pool_id)))
-    if slo is None:
-        return "the pool's policy sets no default TTFT or TPOT SLO to measure attainment against"
-    rows = recent_rows(session, pool_id, settings, now)
-    requests = sum(r.target == "ttft" for r in rows)
+NO_SLO: Final = "the pool's policy sets no default TTFT or TPOT SLO to measure attainment against"
+
+
+def _too_little(requests: int, settings: CapacitySettings, budget: Budget) -> str | None:
     needed = (budget.seeds + 1) * MIN_PART_REQUESTS
-    if requests < needed:
-        return (
-            f"too little traffic to replay: {requests} requests (TTFT samples) in the last "
-            f"{settings.desired_lookback_s:g} s, a replay needs {needed} "
-            f"({budget.seeds + 1} parts of {MIN_PART_REQUESTS})"
-        )
-    return slo, rows
+    if requests >= needed:
+        return None
+    return (
+        f"too little traffic to replay: {requests} requests (TTFT samples) in the last "
+        f"{settings.desired_lookback_s:g} s, a replay needs {needed} "
+        f"({budget.seeds + 1} parts of {MIN_PART_REQUESTS})"
+    )
 
 
 def replay_problem(
     session: Session, pool_id: int, settings: CapacitySettings, budget: Budget, now: datetime
 ) -> str | None:
-    """Why the pool cannot be replayed now (None: it can)."""
-    found = _replay_input(session, pool_id, settings, budget, now)
-    return found if isinstance(found, str) else None
+    """Why the pool cannot be replayed now (None: it can). Counts, reads no rows: the console's
+    Policies page asks on every view."""
+    if policy_slo(spec_of(policy_for_pool(session, pool_id))) is None:
+        return NO_SLO
+    since = now - timedelta(seconds=settings.desired_lookback_s)
+    return _too_little(count_recent(session, pool_id, since, TargetCode.TTFT), settings, budget)
 
 
 def pool_replay(
@@ -104,11 +104,14 @@ def pool_replay(
 ) -> Workload:
     """The pool's recent traffic as the advisor's workload: ``budget.seeds + 1`` parts on the
     calibrated pod, the policy's SLOs. ``Invalid`` when the pool cannot be replayed."""
-    found = _replay_input(session, pool_id, settings, budget, now)
+    slo = policy_slo(spec_of(policy_for_pool(session, pool_id)))
+    if slo is None:
+        raise Invalid(f"pool-replay: {NO_SLO}", field="workload")
+    rows = recent_rows(session, pool_id, settings, now)
     session.rollback()  # no transaction held open across the simulations
-    if isinstance(found, str):
-        raise Invalid(f"pool-replay: {found}", field="workload")
-    slo, rows = found
+    problem = _too_little(sum(r.target == "ttft" for r in rows), settings, budget)
+    if problem is not None:
+        raise Invalid(f"pool-replay: {problem}", field="workload")
     replay = build_workload(rows)
     try:  # before calibrating: the replay's cut is checked before its costly part
         replay_parts(replay.trace, budget.seeds + 1, budget.requests)
