@@ -4,6 +4,7 @@ part first (the tuning part), each re-based; too little traffic refused."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 
 import numpy as np
@@ -13,9 +14,11 @@ from backend.advisor.search import Budget, candidates
 from backend.advisor.workloads import MIN_PART_REQUESTS, replay_parts, replay_workload
 from backend.capacity.desired import CALIBRATION_STEPS
 from backend.policies.schemas import PolicySpec
+from backend.scheduling.types import TransferConfig
 from backend.sim.fromsamples import build_workload, calibrate, record, rows_from_observations
 from backend.sim.protocol import SUITES, Job, arrivals, figures, simulate_trace
 from backend.sim.routers import OURS, POLICIES
+from backend.sim.routers.base import RoutingPolicy
 from backend.sim.traces import load_trace
 from backend.sim.view import Slo
 
@@ -61,13 +64,16 @@ def test_a_replay_of_a_simulated_pool_runs_every_part_to_its_end() -> None:
     )
     finished: list[float] = []
 
+    def route(transfer: TransferConfig, seed: int) -> RoutingPolicy:
+        return POLICIES[most.policy](transfer, seed, dict(most.options))
+
     def run_all() -> None:
         for part, seed in ((1, 0), (2, 1)):
             result = simulate_trace(
                 workload.parts[part],
                 list(workload.pool),
                 slo,
-                lambda transfer, s=seed: POLICIES[most.policy](transfer, s, dict(most.options)),
+                functools.partial(route, seed=seed),
                 seed,
                 workload.sim_options,
             )
