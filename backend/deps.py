@@ -71,7 +71,7 @@ class Runtime:
     @cached_property
     def advisor(self) -> WhatIfRunner:
         # Made on first use: a process that never advises starts no thread (stopped at shutdown).
-        return make_advisor(self.settings)
+        return make_advisor(self.settings, self.sessions)
 
     @cached_property
     def ingest_limiter(self) -> IngestLimiter:

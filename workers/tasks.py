@@ -109,7 +109,8 @@ def whatif(self: Task, job_id: str) -> None:
 def advice(self: Task, job_id: str) -> None:
     """Search the routing configs an EPP can express for a pool (backend/advisor/: the record,
     its progress and its ranking live in Redis, where every replica reads them)."""
-    advisor.run_in_worker(settings_of(self.app), job_id)
+    settings = settings_of(self.app)
+    advisor.run_in_worker(settings, _sessions(settings.database_url), job_id)
 
 
 @celery_task(SIMULATE, ignore_result=False)

@@ -23,11 +23,13 @@ JobPath = Path(pattern=r"^[0-9a-f]{32}$", description="Advice job id.")
 class AdviceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    workload: str = Field(
-        "mooncake",
+    workload: str | None = Field(
+        None,
         max_length=64,
-        description="What to search on: a shipped trace (`mooncake`, `azure-code`); the pool's "
-        "own replay (`pool-replay`) once it is available.",
+        description="What to search on: the pool's own traffic replayed from its recent samples "
+        "(`pool-replay`; 422 naming why when the pool has too little traffic or no SLO), or a "
+        "shipped trace (`mooncake`, `azure-code`). Default: `pool-replay` when the pool can be "
+        "replayed, else `mooncake`.",
     )
 
 
@@ -92,7 +94,7 @@ def start_advice(
     job = service.start_advice(
         session,
         runtime.advisor,
-        runtime.settings.advisor,
+        runtime.settings,
         pool_id,
         pool,
         (body or AdviceRequest()).workload,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -91,6 +91,10 @@ class Workload:
     slo: Slo
     load: float
     """The parts' load, x the traffic's recorded rate."""
+    sim_options: Mapping[str, Any] = field(default_factory=dict)
+    """Simulator options of every run (a replay's calibrated pod: its cost factors)."""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """What the source knows about the traffic (a replay's calibration, outputs drawn...)."""
 
     @property
     def held_out(self) -> int:
@@ -247,6 +251,7 @@ def advise(
                 workload.slo,
                 lambda transfer: factory(transfer, seed, dict(c.options)),
                 seed,
+                workload.sim_options,
             )
             results[key] = figures(run, workload.slo)
             done += 1
@@ -315,6 +320,7 @@ def advise(
             "pods": len(pool),
             "gpu": sorted({p.profile for p in pool}),
             "slo": {"ttft_ms": workload.slo.ttft_ms, "tpot_ms": workload.slo.tpot_ms},
+            **({"replay": dict(workload.details)} if workload.details else {}),
         },
         "seeds": seeds,
         "simulations": len(results),

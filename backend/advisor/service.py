@@ -10,12 +10,21 @@ from, so a change made meanwhile is a 409 rather than silently overwritten.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from backend.advisor.search import Budget, advise
-from backend.advisor.workloads import shipped_trace, workload_names
+from backend.advisor.workloads import (
+    POOL_REPLAY,
+    SHIPPED,
+    pool_replay,
+    replay_problem,
+    shipped_trace,
+    workload_names,
+)
 from backend.auth.service import Actor
 from backend.exceptions import Conflict, Invalid, NotFound
 from backend.policies import service as policies
@@ -40,46 +49,77 @@ def budget_of(settings: AdvisorSettings) -> Budget:
     )
 
 
-def run_advice(job: WhatIfJob, progress: Progress) -> dict[str, Any]:
+def run_advice(
+    settings: Settings, sessions: sessionmaker[Session], job: WhatIfJob, progress: Progress
+) -> dict[str, Any]:
     """The job's work: build the workload, search, rank (the runner records the result)."""
     budget = Budget(**job.candidate["budget"])
     active = PolicySpec.model_validate(job.baseline)
     progress(0.0, f"building the workload {job.trace}")
-    workload = shipped_trace(job.trace, budget, active)
+    if job.trace == POOL_REPLAY:
+        with sessions() as session:
+            workload = pool_replay(
+                session,
+                job.candidate["pool_id"],
+                budget,
+                settings.capacity,
+                datetime.fromisoformat(job.created_at),
+                progress,
+            )
+    else:
+        workload = shipped_trace(job.trace, budget, active)
     return advise(workload, active, budget, progress)
 
 
-def make_advisor(settings: Settings) -> WhatIfRunner:
-    return make_runner(settings, run_advice, ADVICE, KIND)
+def make_advisor(settings: Settings, sessions: sessionmaker[Session]) -> WhatIfRunner:
+    return make_runner(settings, functools.partial(run_advice, settings, sessions), ADVICE, KIND)
 
 
-def run_in_worker(settings: Settings, job_id: str) -> None:
+def run_in_worker(settings: Settings, sessions: sessionmaker[Session], job_id: str) -> None:
     """The Celery task's body (production mode)."""
-    run_job_in_worker(settings, job_id, run_advice, KIND)
+    run_job_in_worker(settings, job_id, functools.partial(run_advice, settings, sessions), KIND)
+
+
+def default_workload(
+    session: Session, settings: Settings, pool_id: int, now: datetime
+) -> tuple[str, str | None]:
+    """The pool's own replay when it has the traffic and SLOs for one, else the first shipped
+    trace; and why the replay is not the default (None when it is)."""
+    problem = replay_problem(session, pool_id, settings.capacity, budget_of(settings.advisor), now)
+    return (POOL_REPLAY, None) if problem is None else (next(iter(SHIPPED)), problem)
 
 
 def start_advice(
     session: Session,
     runner: WhatIfRunner,
-    settings: AdvisorSettings,
+    settings: Settings,
     pool_id: int,
     pool: str,
-    workload: str,
+    workload: str | None,
     actor: Actor,
 ) -> WhatIfJob:
-    """Start a search for the pool, against its active policy as it is now."""
+    """Start a search for the pool, against its active policy as it is now, on ``workload``
+    (None: :func:`default_workload`). A pool that cannot be replayed is told why (``Invalid``)
+    here, before any job starts."""
+    now = datetime.now(UTC)
+    if workload is None:
+        workload, _ = default_workload(session, settings, pool_id, now)
     if workload not in workload_names():
         raise Invalid(
             f"unknown workload {workload!r}; available: {', '.join(workload_names())}",
             field="workload",
         )
+    budget = budget_of(settings.advisor)
+    if workload == POOL_REPLAY:
+        problem = replay_problem(session, pool_id, settings.capacity, budget, now)
+        if problem is not None:
+            raise Invalid(f"pool-replay: {problem}", field="workload")
     policy = policies.policy_for_pool(session, pool_id)
-    budget = budget_of(settings)
     return runner.start(
         pool=pool,
         trace=workload,
         requested_by=actor.name,
-        candidate={"budget": dataclasses.asdict(budget)},
+        candidate={"budget": dataclasses.asdict(budget), "pool_id": pool_id},
         baseline=policies.spec_of(policy).model_dump(mode="json"),
         baseline_version=policy.version if policy is not None else None,
         requests=budget.requests,

@@ -6,34 +6,154 @@ Two sources, one interface (:class:`backend.advisor.search.Workload`):
   into the benchmark protocol's disjoint slices on its suite's pool, at the suite's higher tuning
   load (where routing decisions matter). It is *not* the pool's own traffic, and the result says
   so.
-* ``pool-replay``: the pool's own traffic rebuilt from its samples, on a pod calibrated to it.
-  That replay is being built separately; until it is merged, :data:`POOL_REPLAY` is None and
-  only the shipped traces are offered. THE SEAM: set ``POOL_REPLAY`` to a function
-  ``(session, pool_id, budget) -> Workload`` and register it in :data:`SOURCES`.
+* ``pool-replay``: the pool's own traffic rebuilt from its recent samples
+  (``backend/sim/fromsamples.py``), read and calibrated the way desired replicas does it
+  (``backend/capacity/desired.py``: the same lookback, the same cached calibration), on the pod
+  count seen, at the load it was recorded at. The default when the pool has enough traffic.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
-from typing import Any, Final
+from datetime import datetime, timedelta
+from typing import Final
+
+import numpy as np
+from sqlalchemy.orm import Session
 
 from backend.advisor.search import Budget, Workload
+from backend.capacity.desired import policy_slo, pool_calibration, recent_rows
+from backend.exceptions import Invalid
 from backend.policies.schemas import PolicySpec
+from backend.policies.service import policy_for_pool, spec_of
+from backend.samples.models import TargetCode
+from backend.samples.repository import count_recent
+from backend.settings import CapacitySettings
+from backend.sim.fromsamples import Calibration, build_workload
+from backend.sim.fromsamples import Workload as SampleWorkload
 from backend.sim.pool import build_pool
 from backend.sim.protocol import SUITES, Job, arrivals
+from backend.sim.traces.loader import Trace
 from backend.sim.view import Slo
 
 # Workload name -> the protocol suite whose trace, pool and SLOs it uses.
 SHIPPED: Final = {"mooncake": "mooncake", "azure-code": "azure"}
 
-PoolReplay = Callable[[Any, int, Budget], Workload]
-POOL_REPLAY: PoolReplay | None = None
-"""The pool-replay source once it exists (see the module's docstring)."""
+POOL_REPLAY: Final = "pool-replay"
+MIN_PART_REQUESTS: Final = 20
+"""Fewest requests per part of a replay: fewer, and one request's miss moves the attainment by
+more than the differences the search ranks on."""
 
 
 def workload_names() -> tuple[str, ...]:
-    return (*SHIPPED, *(("pool-replay",) if POOL_REPLAY is not None else ()))
+    return (POOL_REPLAY, *SHIPPED)
+
+
+def replay_parts(trace: Trace, parts: int, requests: int) -> tuple[Trace, ...]:
+    """The newest ``parts * n`` requests cut into ``parts`` consecutive runs of ``n`` (``n``:
+    ``requests``, or fewer so that all parts fit), each re-based to start at 0. Disjoint in
+    time and oldest first: the tuning part is the earliest, the held-out parts the traffic that
+    followed it (as the advice's pick would meet it)."""
+    n = min(requests, len(trace) // parts)
+    if n < MIN_PART_REQUESTS:
+        raise ValueError(
+            f"{len(trace)} requests: a replay needs {parts} parts of at least "
+            f"{MIN_PART_REQUESTS} requests ({parts * MIN_PART_REQUESTS} requests)"
+        )
+    start = len(trace) - parts * n
+    index = np.arange(len(trace))
+    return tuple(
+        trace.select((index >= start + i * n) & (index < start + (i + 1) * n)) for i in range(parts)
+    )
+
+
+NO_SLO: Final = "the pool's policy sets no default TTFT or TPOT SLO to measure attainment against"
+
+
+def _too_little(requests: int, settings: CapacitySettings, budget: Budget) -> str | None:
+    needed = (budget.seeds + 1) * MIN_PART_REQUESTS
+    if requests >= needed:
+        return None
+    return (
+        f"too little traffic to replay: {requests} requests (TTFT samples) in the last "
+        f"{settings.desired_lookback_s:g} s, a replay needs {needed} "
+        f"({budget.seeds + 1} parts of {MIN_PART_REQUESTS})"
+    )
+
+
+def replay_problem(
+    session: Session, pool_id: int, settings: CapacitySettings, budget: Budget, now: datetime
+) -> str | None:
+    """Why the pool cannot be replayed now (None: it can). Counts, reads no rows: the console's
+    Policies page asks on every view."""
+    if policy_slo(spec_of(policy_for_pool(session, pool_id))) is None:
+        return NO_SLO
+    since = now - timedelta(seconds=settings.desired_lookback_s)
+    return _too_little(count_recent(session, pool_id, since, TargetCode.TTFT), settings, budget)
+
+
+def pool_replay(
+    session: Session,
+    pool_id: int,
+    budget: Budget,
+    settings: CapacitySettings,
+    now: datetime,
+    progress: Callable[[float, str], None] = lambda fraction, message: None,
+) -> Workload:
+    """The pool's recent traffic as the advisor's workload: ``budget.seeds + 1`` parts on the
+    calibrated pod, the policy's SLOs. ``Invalid`` when the pool cannot be replayed."""
+    slo = policy_slo(spec_of(policy_for_pool(session, pool_id)))
+    if slo is None:
+        raise Invalid(f"pool-replay: {NO_SLO}", field="workload")
+    rows = recent_rows(session, pool_id, settings, now)
+    session.rollback()  # no transaction held open across the simulations
+    problem = _too_little(sum(r.target == "ttft" for r in rows), settings, budget)
+    if problem is not None:
+        raise Invalid(f"pool-replay: {problem}", field="workload")
+    replay = build_workload(rows)
+    try:  # before calibrating: the replay's cut is checked before its costly part
+        replay_parts(replay.trace, budget.seeds + 1, budget.requests)
+    except ValueError as exc:  # TTFT samples that rebuild fewer requests than counted
+        raise Invalid(f"pool-replay: {exc}", field="workload") from exc
+    progress(0.0, "calibrating the simulated pod to the pool's latencies")
+    cal, reused = pool_calibration(pool_id, replay, slo, settings)
+    workload = replay_workload(replay, cal, slo, budget)
+    details = {**workload.details, "calibration": {**cal.summary(), "reused": reused}}
+    return dataclasses.replace(
+        workload, details={**details, "lookback_s": settings.desired_lookback_s}
+    )
+
+
+def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: Budget) -> Workload:
+    """A replay built from samples, on its calibrated pod, as the advisor's workload (pure: the
+    service above and ``bench/advisor_replay.py`` share it). ``ValueError``: too few requests."""
+    parts = replay_parts(replay.trace, budget.seeds + 1, budget.requests)
+    pods = max(1, len(replay.pods))
+    n = len(replay.trace)
+    error = f"{cal.error:.3f}" if math.isfinite(cal.error) else "unknown"
+    return Workload(
+        name=POOL_REPLAY,
+        source="pool-replay",
+        label=(
+            f"this pool's own traffic: a replay of its last {n} requests "
+            f"({replay.drawn_outputs} of {n} output lengths drawn, not paired), "
+            f"{pods} pods seen, simulated as {cal.pod.profile} x{cal.pod.scale:.2f} "
+            f"(calibration error {error}), at the recorded rate"
+        ),
+        parts=parts,
+        pool=build_pool(pods, cal.pod.profile),
+        slo=slo,
+        load=1.0,
+        # The calibrated pod: every iteration's cost scaled; arrivals from samples are exact.
+        sim_options={
+            "prefill_scale": cal.pod.scale,
+            "decode_scale": cal.pod.scale,
+            "spread_ties": False,
+        },
+        details={**replay.summary(), "calibration": cal.summary()},
+    )
 
 
 def shipped_trace(name: str, budget: Budget, active: PolicySpec) -> Workload:
@@ -54,8 +174,8 @@ def shipped_trace(name: str, budget: Budget, active: PolicySpec) -> Workload:
         name=name,
         source="shipped-trace",
         label=(
-            f"shipped trace {suite.trace} (not this pool's own traffic: the replay of the "
-            f"pool's samples is not available yet), {suite.pods} simulated {suite.gpu} pods, "
+            f"shipped trace {suite.trace} (not this pool's own traffic), "
+            f"{suite.pods} simulated {suite.gpu} pods, "
             f"load {load:g}"
         ),
         parts=parts,

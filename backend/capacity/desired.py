@@ -21,6 +21,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.capacity.models import DesiredReplicas
+from backend.policies.schemas import PolicySpec
 from backend.policies.service import policy_for_pool, spec_of
 from backend.pools.models import Pool
 from backend.samples.models import TargetCode
@@ -134,6 +135,42 @@ def _calibration(pool_id: int, settings: CapacitySettings) -> Calibration | None
     return made[1]
 
 
+def recent_rows(
+    session: Session, pool_id: int, settings: CapacitySettings, now: datetime
+) -> list[SampleRow]:
+    """The pool's samples of the lookback, as the replay builder's rows (desired replicas' and
+    the advisor's pool replay's one read of them)."""
+    return sample_rows(
+        recent_samples(
+            session,
+            pool_id,
+            now - timedelta(seconds=settings.desired_lookback_s),
+            settings.desired_max_samples,
+        )
+    )
+
+
+def policy_slo(spec: PolicySpec) -> Slo | None:
+    """The policy's default SLOs (an unset one never misses); None when it sets neither."""
+    ttft, tpot = spec.default_ttft_slo_ms, spec.default_tpot_slo_ms
+    if ttft is None and tpot is None:
+        return None
+    return Slo(ttft if ttft is not None else math.inf, tpot if tpot is not None else math.inf)
+
+
+def pool_calibration(
+    pool_id: int, workload: Workload, slo: Slo, settings: CapacitySettings
+) -> tuple[Calibration, bool]:
+    """The pool's calibrated pod: this process's recent one if any, else a new one (kept for
+    the next caller). Also whether it was reused (a new one costs simulations)."""
+    kept = _calibration(pool_id, settings)
+    if kept is not None:
+        return kept, True
+    cal = calibrate(workload, settings.desired_router, slo, steps=CALIBRATION_STEPS)
+    _calibrations[pool_id] = (time.monotonic(), cal)
+    return cal, False
+
+
 def refresh_pool(
     session: Session, pool_id: int, settings: CapacitySettings, now: datetime
 ) -> DesiredReplicas | None:
@@ -142,19 +179,11 @@ def refresh_pool(
     started = time.process_time()
     policy = policy_for_pool(session, pool_id)
     spec = spec_of(policy)
-    rows = sample_rows(
-        recent_samples(
-            session,
-            pool_id,
-            now - timedelta(seconds=settings.desired_lookback_s),
-            settings.desired_max_samples,
-        )
-    )
+    rows = recent_rows(session, pool_id, settings, now)
     session.rollback()  # no transaction held open across the simulations
-    ttft, tpot = spec.default_ttft_slo_ms, spec.default_tpot_slo_ms
+    slo = policy_slo(spec)
     est = None
-    if ttft is not None or tpot is not None:
-        slo = Slo(ttft if ttft is not None else math.inf, tpot if tpot is not None else math.inf)
+    if slo is not None:
         kept = _calibration(pool_id, settings)
         est = estimate(rows, slo, spec.target_slo_attainment, settings, calibrated=kept)
         if est is not None and kept is None:

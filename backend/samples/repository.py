@@ -282,3 +282,18 @@ def predicted_rows(
     )
     rows = [(at.timestamp(), latency, predicted, load) for at, latency, predicted, load in result]
     return np.array(rows, dtype=np.float64).reshape(len(rows), 4)
+
+
+def count_recent(session: Session, pool_id: int, since: datetime, target: TargetCode) -> int:
+    """How many of a pool's `target` samples were observed at or after `since`: the check
+    before reading them (`recent_samples`), without moving the rows."""
+    return int(
+        session.scalar(
+            select(func.count()).where(
+                Sample.pool_id == pool_id,
+                Sample.target == int(target),
+                Sample.observed_at >= since,
+            )
+        )
+        or 0
+    )

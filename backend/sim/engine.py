@@ -386,7 +386,10 @@ class Simulation:
                     self.policy.tick(t)
                     for server in self.servers:
                         server.forget_before(t - 2 * self.config.scrape_interval_s)
-                    if i < n or self._inflight:
+                    # In-flight requests with no event left (none admitted by any pod) can
+                    # never finish: ticking on for them would loop forever, so end as a run
+                    # without ticks does (they count as unfinished).
+                    if i < n or (self._inflight and heap):
                         self._push(t + self.config.retrain_interval_s, _TICK, 0, None)
         finally:  # kept if a policy raised while routing: the next call retries that arrival
             self._next_arrival, self._events = i, events

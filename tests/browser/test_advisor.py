@@ -16,6 +16,10 @@ def test_advise_apply_the_pick_and_download_its_epp_config(page: Page, console: 
     before = console.policy()
     sign_in(page, "eddie")
     page.goto("/ui/policies")
+    # No samples yet: the pool's own traffic is offered but cannot be chosen, and says why.
+    replay = page.locator("#advice-workload option[value=pool-replay]")
+    expect(replay).to_be_disabled()
+    expect(page.get_by_test_id("no-replay")).to_contain_text("own traffic cannot be replayed")
     page.select_option("#advice-workload", "azure-code")
     page.get_by_test_id("start-advice").click()
 

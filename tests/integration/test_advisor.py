@@ -19,6 +19,8 @@ from backend.app import create_app
 from backend.settings import AdvisorSettings, AuthSettings, Settings
 from backend.whatif.jobs import RedisJobStore
 from tests.conftest import redis_url_for_tests
+from tests.integration.test_capacity import post, set_slo
+from tests.integration.test_desired_replicas import epp_samples, no_kept_calibration  # noqa: F401
 from tests.integration.test_policies import token_for
 from tests.server import headroom_worker
 
@@ -113,9 +115,8 @@ def test_roles_and_bad_input(embedded: TestClient, sessions: sessionmaker[Sessio
     alice = token_for(sessions, "alice", "editor")
     viewer = token_for(sessions, "victor", "viewer")
     assert embedded.post("/v1/pools/default/advice", headers=viewer).status_code == 403
-    # Until the pool replay is merged, the shipped traces are what there is to search on.
     workloads = embedded.get("/v1/advice/workloads", headers=viewer).json()
-    assert workloads == ["mooncake", "azure-code"]
+    assert workloads == ["pool-replay", "mooncake", "azure-code"]
     bad = embedded.post("/v1/pools/default/advice", json={"workload": "nope"}, headers=alice)
     assert bad.status_code == 422 and "azure-code" in bad.text
     assert embedded.post("/v1/pools/nope/advice", headers=alice).status_code == 404
@@ -180,3 +181,74 @@ def test_advice_runs_in_a_celery_worker(
     # The worker wrote it where every API replica reads it, apart from the what-ifs.
     assert RedisJobStore(redis_url_for_tests(), "advice").load(started["id"]) is not None
     assert RedisJobStore(redis_url_for_tests()).load(started["id"]) is None
+
+
+@pytest.fixture
+def open_embedded(settings: Settings) -> Iterator[TestClient]:
+    """The embedded mode with no token required: an EPP posts samples as upstream's does."""
+    local = settings.model_copy(update={"redis_url": None, "advisor": TINY})
+    with TestClient(create_app(local)) as c:
+        yield c
+
+
+def test_pool_replay_is_the_default_on_a_pool_with_traffic(open_embedded: TestClient) -> None:
+    client = open_embedded
+    # Two simulated minutes of two pods' traffic, as an EPP posts it, stamped as just observed.
+    post(client, epp_samples(seconds=120.0))
+    # No SLO to measure attainment against: the replay is refused, saying why, and the default
+    # falls back to a shipped trace.
+    refused = client.post("/v1/pools/default/advice", json={"workload": "pool-replay"})
+    assert refused.status_code == 422 and "SLO" in refused.json()["detail"], refused.text
+    fallback = client.post("/v1/pools/default/advice")
+    assert fallback.status_code == 202 and fallback.json()["workload"] == "mooncake"
+
+    set_slo(client, 2000, 100)
+    r = client.post("/v1/pools/default/advice")  # no workload named: the pool's own traffic
+    assert r.status_code == 202, r.text
+    assert r.json()["workload"] == "pool-replay"
+    done = _wait(client, f"/v1/pools/default/advice/{r.json()['id']}", {})
+    assert done["status"] == "done", done["message"]
+    workload = done["result"]["workload"]
+    assert workload["source"] == "pool-replay"
+    assert workload["label"].startswith("this pool's own traffic")
+    assert "not this pool's own traffic" not in workload["label"]
+    assert workload["pods"] == 2 and workload["slo"] == {"ttft_ms": 2000, "tpot_ms": 100}
+    assert workload["held_out_parts"] == TINY.seeds
+    assert workload["requests_per_part"] == TINY.requests
+    replay = workload["replay"]
+    assert replay["pods"] == 2 and replay["requests"] >= (TINY.seeds + 1) * TINY.requests
+    assert replay["outputs_paired"] + replay["outputs_drawn"] == replay["requests"]
+    assert (
+        f"{replay['outputs_drawn']} of {replay['requests']} output lengths drawn"
+        in (workload["label"])
+    )
+    calibration = replay["calibration"]
+    assert calibration["profile"] in workload["gpu"] and calibration["simulations"] > 3
+    assert f"calibration error {calibration['error']:.3f}" in workload["label"]
+    ranking = done["result"]["ranking"]
+    means = [row["held_out"]["slo_attainment"]["mean"] for row in ranking]
+    assert means == sorted(means, reverse=True)
+    assert {"active", "reference", "epp"} <= {row["kind"] for row in ranking}
+    assert done["result"]["pick_appliable"] is not None
+
+    # The desired-replicas job and the next replay reuse the pool's calibration.
+    again = client.post("/v1/pools/default/advice", json={"workload": "pool-replay"})
+    second = _wait(client, f"/v1/pools/default/advice/{again.json()['id']}", {})
+    assert second["status"] == "done", second["message"]
+    assert second["result"]["workload"]["replay"]["calibration"]["reused"] is True
+
+
+def test_pool_replay_with_too_little_traffic_is_a_422_naming_why(
+    open_embedded: TestClient,
+) -> None:
+    client = open_embedded
+    set_slo(client, 2000, 100)
+    post(client, epp_samples(seconds=3.0))  # a handful of requests
+    r = client.post("/v1/pools/default/advice", json={"workload": "pool-replay"})
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert "too little traffic" in body["detail"]
+    assert f"needs {(TINY.seeds + 1) * 20}" in body["detail"]
+    # Not the default either: the advice still starts, on a shipped trace.
+    fallback = client.post("/v1/pools/default/advice")
+    assert fallback.status_code == 202 and fallback.json()["workload"] == "mooncake"

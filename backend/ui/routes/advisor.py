@@ -47,10 +47,10 @@ def start_advice(
     job = advisor.start_advice(
         session,
         runtime.advisor,
-        runtime.settings.advisor,
+        runtime.settings,
         target.id,
         pool,
-        str(form.get("workload", "")),
+        str(form["workload"]) if form.get("workload") else None,
         actor,
     )
     root = request.scope.get("root_path", "")

@@ -3,12 +3,14 @@ restore, and the EPP config download (the very export the API serves)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from starlette.responses import RedirectResponse, Response
 
+from backend.advisor import service as advisor
 from backend.advisor.workloads import workload_names
 from backend.auth.service import Actor
 from backend.deps import RuntimeDep, SessionDep
@@ -55,6 +57,10 @@ def render_policy_page(
     policy = policies.policy_for_pool(session, choice.selected.id)
     spec = policies.spec_of(policy)
     history = list(policies.history(session, policy)) if policy is not None else []
+    # The advice's default workload: the pool's own replay when it has the traffic for one.
+    default_workload, no_replay = advisor.default_workload(
+        session, state.settings, choice.selected.id, datetime.now(UTC)
+    )
     return state.renderer.page(
         request,
         "policies.html",
@@ -68,6 +74,8 @@ def render_policy_page(
             "traces": trace_choices(),
             # The Advisor panel: its workloads and this pool's recent advice.
             "workloads": workload_names(),
+            "default_workload": default_workload,
+            "no_replay": no_replay,
             "advice": state.advisor.recent(choice.selected.name) if state.advisor else [],
             "trace": DEFAULT_TRACE,
             # A save refused because someone else saved first: their changes, to compare.
