@@ -48,13 +48,12 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from backend.predictor.features import POD_TYPE_CODES
 from backend.scheduling.saturation import Representative, saturation
 from backend.scheduling.types import Candidate, FloatArray
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.online import FIELDS, columns
 from backend.sim.pool import PodSpec
-from backend.sim.routers.predicted import PredictedLatency
+from backend.sim.routers.predicted import PredictedLatency, candidate_row
 from backend.sim.routers.simple import LeastRequest
 from backend.sim.traces.loader import Trace
 from backend.sim.view import Slo
@@ -434,24 +433,11 @@ def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Can
 
 
 def _rows(candidates: Sequence[Candidate]) -> npt.NDArray[np.float64]:
-    """Candidates -> the online predictor's rows (``online.FIELDS`` order)."""
-    return np.asarray(
-        [
-            (
-                c.kv_cache_percentage,
-                float(c.input_token_length),
-                float(c.num_request_waiting),
-                float(c.num_request_running),
-                c.prefix_cache_score,
-                float(c.prefill_tokens_in_flight),
-                float(c.decode_tokens_in_flight),
-                1.0,
-                float(POD_TYPE_CODES[c.role]),
-            )
-            for c in candidates
-        ],
-        dtype=np.float64,
-    ).reshape(len(candidates), 9)
+    """Candidates -> the online predictor's rows (``online.FIELDS`` order), as the predicted
+    router builds them from a candidate's own fields."""
+    return np.asarray([candidate_row(c) for c in candidates], dtype=np.float64).reshape(
+        len(candidates), len(FIELDS)
+    )
 
 
 _PREFIX = FIELDS.index("prefix_cache_score")
