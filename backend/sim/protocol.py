@@ -718,8 +718,41 @@ def _signed(s: Mapping[str, float | None]) -> str:
     return f"{100 * s['mean']:+.1f} [{100 * s['min']:+.1f} to {100 * s['max']:+.1f}]"
 
 
+def bracket_capacity(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str, dict[str, Any]]:
+    """The SLO capacity bracketed by the evaluation loads alone (no bisection): per policy and
+    replicate, the highest evaluation load up to which every load kept ``target`` of requests
+    within SLO. What a file stopped during its bisection (a checkpoint) can still report."""
+    by_policy: dict[str, list[Mapping[str, Any]]] = {}
+    for row in sorted(rows, key=lambda r: r["load"]):
+        by_policy.setdefault(row["policy"], []).append(row)
+    capacity: dict[str, dict[str, Any]] = {}
+    for policy, at in by_policy.items():
+        per: list[tuple[float, float | None, float]] = []
+        for r in range(len(at[0]["runs"])):
+            lo, hi, tokens = 0.0, None, 0.0
+            for row in at:
+                run = row["runs"][r]
+                if run["slo_attainment"] < target:
+                    hi = row["load"]
+                    break
+                lo, tokens = row["load"], run["slo_tokens_s"]
+            per.append((lo, hi, tokens))
+        capacity[policy] = {
+            "load": _stats([lo for lo, _, _ in per]),
+            "slo_tokens_s_at_capacity": _stats([t for _, _, t in per]),
+            "censored": any(hi is None for _, hi, _ in per),
+            "brackets": [[lo, hi] for lo, hi, _ in per],
+            "bisected": False,
+        }
+    return capacity
+
+
 def refresh(data: dict[str, Any]) -> dict[str, Any]:
-    """Verdicts and headline recomputed from a results file's rows (after merging runs)."""
+    """Verdicts and headline recomputed from a results file's rows (after merging runs). A
+    file without capacities (stopped during the bisection) gets them bracketed by the
+    evaluation loads, marked as not bisected."""
+    if not data["capacity"]:
+        data["capacity"] = bracket_capacity(data["results"], data["protocol"]["capacity_target"])
     data["verdicts"] = verdicts(data["results"])
     data["headline"] = headline(data["results"], data["capacity"])
     return data
@@ -766,6 +799,8 @@ def table(data: Mapping[str, Any]) -> str:
     for p, c in sorted(data["capacity"].items(), key=lambda kv: -(kv[1]["load"]["mean"] or 0)):
         load = c["load"]
         mark = " (censored: passed the highest load tried)" if c["censored"] else ""
+        if c.get("bisected") is False:
+            mark += " (bracketed by the evaluation loads only: not bisected)"
         lines.append(
             f"| {p} | {load['mean']:.2f} [{load['min']:.2f}-{load['max']:.2f}]{mark} "
             f"| {_num(c['slo_tokens_s_at_capacity'])} |"

@@ -14,6 +14,7 @@ from backend.sim.protocol import (
     ProtocolConfig,
     Runner,
     arrivals,
+    bracket_capacity,
     compare,
     headline,
     run_job,
@@ -129,3 +130,26 @@ def test_on_the_trace_basis_every_slice_arrives_at_the_same_mean_rate() -> None:
     assert max(rates) == pytest.approx(min(rates), rel=1e-9)
     own = [arrivals(Job(SMALL, i, 200, 2.0, "least-request", (), 0, (), "slice")) for i in (1, 2)]
     assert len(own[0]) / own[0].duration_s != pytest.approx(len(own[1]) / own[1].duration_s)
+
+
+def _row(policy: str, load: float, attainments: list[float]) -> dict[str, object]:
+    return {
+        "policy": policy,
+        "load": load,
+        "runs": [{"slo_attainment": a, "slo_tokens_s": 100.0 * load} for a in attainments],
+    }
+
+
+def test_a_checkpoint_reports_capacity_bracketed_by_the_evaluation_loads() -> None:
+    # Replicate 0 keeps 90 % up to load 2; replicate 1 fails already at load 1; replicate 2
+    # passes every load tried (censored). A dip after a failure does not count as capacity.
+    rows = [
+        _row("p", 1.0, [0.95, 0.80, 0.99]),
+        _row("p", 2.0, [0.91, 0.95, 0.97]),
+        _row("p", 3.0, [0.50, 0.40, 0.92]),
+    ]
+    cap = bracket_capacity(rows, 0.9)["p"]
+    assert cap["brackets"] == [[2.0, 3.0], [0.0, 1.0], [3.0, None]]
+    assert cap["load"] == {"mean": round(5.0 / 3, 4), "min": 0.0, "max": 3.0}
+    assert cap["slo_tokens_s_at_capacity"]["max"] == 300.0
+    assert cap["censored"] is True and cap["bisected"] is False
