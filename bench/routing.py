@@ -3,7 +3,7 @@
     .venv/bin/python bench/routing.py --protocol mooncake|azure|pd|hetero [--requests N]
         [--seeds 0,1,2] [--loads ...] [--policies ...] [--workers 2] [--capacity-steps 3]
         [--capacity-target 0.9] [--load-basis trace|slice] [--no-tune] [--step-cost-scale X]
-        [--sim KEY=JSON ...] [--render FILE]
+        [--sim KEY=JSON ...] [--render FILE] [--cache DIR | --no-cache]
         [--out bench-results/protocol]
     .venv/bin/python bench/routing.py [--suite mooncake|azure|pd|hetero|speed|all] [--quick]
                                       [--img docs/img] [--out bench-results/routing]
@@ -12,7 +12,10 @@
 options tuned on the tuning slice, figures from disjoint evaluation slices, one per seed, as
 mean and min-max, the SLO capacity by bisection on load; it prints the tables and writes
 ``<suite>_protocol.json``. ``--step-cost-scale`` and ``--sim`` pass simulator options through
-(``SimConfig`` fields; an option this simulator lacks is refused by name).
+(``SimConfig`` fields; an option this simulator lacks is refused by name). Every simulation's
+result is kept in ``OUT/runs`` (``--cache``) and reused by any later run that needs the same
+simulation with the same code: a stopped run resumes, and a rerun with more capacity steps or a
+subset of policies repeats nothing already done.
 
 The ``--suite`` runs below are single-seed sweeps over whole traces (plots, the options table).
 
@@ -222,6 +225,7 @@ def protocol(args: argparse.Namespace) -> int:
             workers=args.workers,
             sim=sim,
             load_basis=args.load_basis,
+            cache=None if args.no_cache else (args.cache or args.out / "runs"),
         )
         args.out.mkdir(parents=True, exist_ok=True)
         partial = args.out / f"{args.protocol}_protocol.partial.json"
@@ -258,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
         help="load 1 = the whole trace's mean rate (default) or each slice's own",
     )
     parser.add_argument("--no-tune", action="store_true", help="every policy at its defaults")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="keep and reuse every simulation's result here (default: OUT/runs)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="rerun every simulation")
     parser.add_argument("--step-cost-scale", type=float, default=None)
     parser.add_argument("--sim", type=_sim_option, action="append", help="KEY=VALUE")
     parser.add_argument("--render", type=Path, default=None, help="print a protocol JSON's tables")

@@ -29,6 +29,8 @@ e.g. a step-cost scale or arrival spreading, where the simulator has them) throu
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import sys
@@ -37,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -180,6 +183,8 @@ class ProtocolConfig:
     sim: Mapping[str, Any] = field(default_factory=dict)
     load_basis: LoadBasis = "trace"
     """What load 1 means for a slice: the whole trace's mean rate (default) or its own."""
+    cache: Path | None = None
+    """Where every simulation's result is kept and reused from (``Runner``); None: nowhere."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -334,8 +339,36 @@ def figures(result: SimResult, slo: Slo) -> dict[str, Any]:
 
 
 def run_job(job: Job) -> dict[str, Any]:
-    """Run one simulation; the per-run figures the protocol aggregates."""
-    return figures(simulate(job), Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms))
+    """Run one simulation; the per-run figures the protocol aggregates, with the CPU seconds
+    it took (wall seconds stretch when other work shares the machine; CPU seconds do not)."""
+    cpu = time.process_time()
+    out = figures(simulate(job), Slo(job.suite.ttft_slo_ms, job.suite.tpot_slo_ms))
+    out["cpu_s"] = round(time.process_time() - cpu, 2)
+    return out
+
+
+# What a cached result depends on besides its Job: the simulator, the policies, the predictor
+# and the scheduling library it runs, and the traces and GPU profiles they read.
+_CODE_DIRS: Final = ("sim", "predictor", "scheduling")
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A digest of every file a simulation's result can depend on (source and data)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for top in _CODE_DIRS:
+        for path in sorted((root / top).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(root)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def job_key(job: Job) -> str:
+    """A stable name for a job's result on disk: the job's fields and the code fingerprint."""
+    text = json.dumps([asdict(job), code_fingerprint()], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 Log = Callable[[str], None]
@@ -346,14 +379,43 @@ def _stderr(line: str) -> None:
 
 
 class Runner:
-    """Runs jobs once each, in parallel worker processes, remembering every result."""
+    """Runs jobs once each, in parallel worker processes, remembering every result.
 
-    def __init__(self, workers: int, log: Log = _stderr) -> None:
+    With a ``cache`` directory every result is also written there as it completes, named by
+    ``job_key`` (the job and the code fingerprint), and read back instead of rerun: a run that
+    was stopped resumes where it was, and another invocation that needs the same simulation
+    (a sensitivity rerun's 1.0x point, a capacity-only rerun) does not repeat it. A change to
+    the simulator, the policies, the predictor or the traces changes every key."""
+
+    def __init__(self, workers: int, log: Log = _stderr, cache: Path | None = None) -> None:
         self.workers = workers
         self.results: dict[Job, dict[str, Any]] = {}
+        self.loaded: set[Job] = set()
         self.requested = 0
         self.log = log
+        self.cache = cache
+        if cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
         self._executor = ProcessPoolExecutor(workers) if workers > 1 else None
+
+    def _load(self, job: Job) -> bool:
+        if self.cache is None:
+            return False
+        path = self.cache / f"{job_key(job)}.json"
+        try:
+            self.results[job] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False  # absent, or a file cut short by a stop: run it again
+        self.loaded.add(job)
+        return True
+
+    def _store(self, job: Job, out: Mapping[str, Any]) -> None:
+        if self.cache is None:
+            return
+        path = self.cache / f"{job_key(job)}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out), encoding="utf-8")
+        tmp.replace(path)  # atomic: a reader never sees half a result
 
     def close(self) -> None:
         if self._executor is not None:
@@ -361,7 +423,7 @@ class Runner:
 
     def run(self, jobs: Sequence[Job]) -> list[dict[str, Any]]:
         self.requested += len(jobs)
-        todo = [j for j in dict.fromkeys(jobs) if j not in self.results]
+        todo = [j for j in dict.fromkeys(jobs) if j not in self.results and not self._load(j)]
         outputs: Iterable[dict[str, Any]] = (
             self._executor.map(run_job, todo)
             if self._executor is not None
@@ -369,6 +431,7 @@ class Runner:
         )
         for job, out in zip(todo, outputs, strict=True):
             self.results[job] = out
+            self._store(job, out)
             opts = ",".join(f"{k}={v}" for k, v in job.options)
             self.log(
                 f"[{job.suite.name}] slice {job.slice_index} seed {job.seed} load {job.load:g} "
@@ -520,7 +583,7 @@ def run_protocol(
         )
     sim = tuple(sorted(config.sim.items()))
     marks = {"started": time.perf_counter()}
-    runner = Runner(config.workers, log)
+    runner = Runner(config.workers, log, config.cache)
     tuning: dict[str, Any] = {}
 
     def eval_job(policy: str, load: float, r: int) -> Job:
@@ -609,7 +672,14 @@ def _timing(config: ProtocolConfig, runner: Runner, marks: Mapping[str, float]) 
         "evaluation_wall_s": span("tuned", "evaluated"),
         "capacity_wall_s": span("evaluated", "finished"),
         "simulations": len(runner.results),
+        "simulations_from_cache": len(runner.loaded),
         "simulation_s_total": round(sum(r["wall_s"] for r in runner.results.values()), 1),
+        # CPU seconds of the simulations run by this invocation (files from before the field
+        # lack it): the machine-independent share of the wall time.
+        "simulation_cpu_s": round(
+            sum(r.get("cpu_s", 0.0) for j, r in runner.results.items() if j not in runner.loaded),
+            1,
+        ),
         "requested_runs": runner.requested,
         "reused_runs": runner.requested - len(runner.results),
         "workers": config.workers,
@@ -823,8 +893,10 @@ def table(data: Mapping[str, Any]) -> str:
         lines.append(f"headroom vs {h['peer']}: {per}; capacity: {h['capacity']}")
     t = data["timing"]
     lines.append(
-        f"\n{t['simulations']} simulations ({t['reused_runs']} repeats reused), "
+        f"\n{t['simulations']} simulations ({t['reused_runs']} repeats reused, "
+        f"{t.get('simulations_from_cache', 0)} read from the cache), "
         f"{t['simulation_s_total']} s of simulation in {t['wall_s']} s wall on "
         f"{t['workers']} workers"
+        + (f"; {t['simulation_cpu_s']} CPU s simulated now" if t.get("simulation_cpu_s") else "")
     )
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from backend.sim.protocol import (
     bracket_capacity,
     compare,
     headline,
+    job_key,
     run_job,
     run_protocol,
     table,
@@ -87,9 +89,34 @@ def test_a_run_is_a_pure_function_of_its_job_in_any_process() -> None:
     finally:
         runner.close()
     serial = run_job(job)
-    assert {k: v for k, v in parallel.items() if k != "wall_s"} == {
-        k: v for k, v in serial.items() if k != "wall_s"
+    timing = ("wall_s", "cpu_s")
+    assert {k: v for k, v in parallel.items() if k not in timing} == {
+        k: v for k, v in serial.items() if k not in timing
     }
+
+
+def test_a_cached_result_is_reused_by_a_later_runner_and_a_damaged_one_is_rerun(
+    tmp_path: Path,
+) -> None:
+    job = Job(SMALL, 1, 60, 2.0, "least-request", (), 3, ())
+    other = Job(SMALL, 1, 60, 3.0, "least-request", (), 3, ())
+    ran: list[str] = []
+    first = Runner(workers=1, log=ran.append, cache=tmp_path)
+    (out,) = first.run([job])
+    assert len(ran) == 1 and (tmp_path / f"{job_key(job)}.json").exists()
+
+    ran.clear()
+    second = Runner(workers=1, log=ran.append, cache=tmp_path)
+    assert second.run([job]) == [out]
+    assert ran == [] and second.loaded == {job}
+    second.run([other])  # a different job is not answered from the cache
+    assert len(ran) == 1
+
+    (tmp_path / f"{job_key(job)}.json").write_text('{"slo_att', encoding="utf-8")
+    ran.clear()
+    third = Runner(workers=1, log=ran.append, cache=tmp_path)
+    assert third.run([job])[0]["slo_attainment"] == out["slo_attainment"]
+    assert len(ran) == 1 and third.loaded == set()
 
 
 def test_bad_protocol_options_are_refused_by_name() -> None:
