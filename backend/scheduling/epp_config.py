@@ -184,7 +184,7 @@ def _predicted_latency(
             },
             {"type": "latency-slo-admitter"},
         ]
-        chain = [
+        chain: Plugins = [
             {"pluginRef": "predicted-latency-producer"},
             {"pluginRef": "strict-affinity-filter"},
             {"pluginRef": "slo-headroom-tier-filter"},
