@@ -46,6 +46,30 @@ from backend.sim.routers import OURS, REFERENCE
 PEERS = tuple(p for p in PROTOCOL_POLICIES if p not in (OURS, REFERENCE))
 
 
+def _against_peers(row: dict[str, Any], peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ranked candidate against each peer at its best: the protocol's verdict and the
+    slice-by-slice difference in points (the same slices and seeds)."""
+    runs = row["held_out"]["slo_attainment"]
+    mine = row["held_out"]["slo_attainment_runs"]
+    out = []
+    for peer_row in peers:
+        peer = peer_row["slo_attainment"]
+        per_slice = [
+            round(100 * (a - b["slo_attainment"]), 1)
+            for a, b in zip(mine, peer_row["runs"], strict=True)
+        ]
+        out.append(
+            {
+                "peer": peer_row["policy"],
+                "options": peer_row["options"],
+                "peer_slo_attainment": peer,
+                "verdict": compare(runs, peer),
+                "points_per_slice": per_slice,
+            }
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=sorted(SHIPPED), default="azure-code")
@@ -90,24 +114,9 @@ def main() -> None:
         )
     )
     pick = advice["ranking"][advice["pick"]]
-    pick_runs = pick["held_out"]["slo_attainment"]
-    mine = pick["held_out"]["slo_attainment_runs"]
-    comparisons = []
-    for row in protocol["results"]:
-        peer = row["slo_attainment"]
-        per_slice = [
-            round(100 * (a - b["slo_attainment"]), 1)
-            for a, b in zip(mine, row["runs"], strict=True)
-        ]
-        comparisons.append(
-            {
-                "peer": row["policy"],
-                "options": row["options"],
-                "peer_slo_attainment": peer,
-                "verdict": compare(pick_runs, peer),
-                "points_per_slice": per_slice,
-            }
-        )
+    comparisons = _against_peers(pick, protocol["results"])
+    # The best Headroom-only candidate (needs /v1/schedule) against the same peers.
+    headroom_only = next((r for r in advice["ranking"] if r["kind"] == "schedule"), None)
     out: dict[str, Any] = {
         "scale": f"reduced: {args.requests} requests per slice (the protocol's is {full})",
         "suite": args.suite,
@@ -123,6 +132,13 @@ def main() -> None:
             "screened": advice["screened"],
         },
         "pick_vs_peers": comparisons,
+        "headroom_only": None
+        if headroom_only is None
+        else {
+            "label": headroom_only["label"],
+            "held_out": headroom_only["held_out"],
+            "vs_peers": _against_peers(headroom_only, protocol["results"]),
+        },
         "machine": machine(),
     }
     text = json.dumps(out, indent=2)

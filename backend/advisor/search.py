@@ -16,9 +16,12 @@ A budgeted search (successive halving), not a grid of thousands:
 The candidates are the policy space an unchanged llm-d EPP can express (the predicted-latency
 chain's strategy, TTFT/TPOT weighting, affinity thresholds and exploration, tier epsilon, served
 Headroom's predictions; llm-d's current default chain with the protocol's options for it; the
-load+prefix weights), plus Headroom-only options (the best-fit picker), labelled as needing
-``/v1/schedule``. The peers and their options are the benchmark protocol's
-(``backend.sim.routers``), run by its ``simulate_trace``.
+load+prefix weights), plus Headroom-only options (the best-fit picker; LMetric with the
+protocol's options for it), labelled as needing ``/v1/schedule``. Every candidate but llm-d's
+shipped reference is a PolicySpec naming its chain (``chain``), so Apply can save any of them;
+the simulator runs it with the peer router of that chain, which decides with the same library
+core as ``/v1/schedule`` (``backend.scheduling.load_chains``). The peers and their options are
+the benchmark protocol's (``backend.sim.routers``), run by its ``simulate_trace``.
 
 The workload is an interface (:class:`Workload`): the simulator's request parts and pool. Its
 sources are in ``backend.advisor.workloads``.
@@ -125,10 +128,50 @@ class Candidate:
     """The whole PolicySpec (JSON) that Apply saves; None: not expressible as a Headroom policy."""
 
 
-def _predicted(label: str, kind: Kind, spec: PolicySpec) -> Candidate:
+# A spec's llm-d-default fields and the protocol peer's options they set.
+_STICKY_OPTIONS: Final = {
+    "sticky_affinity_threshold": "affinity_threshold",
+    "max_tokens_in_flight_penalty": "max_tokens_in_flight_penalty",
+    "max_prefix_tokens_to_match": "max_prefix_tokens",
+    "queue_threshold_tokens": "queue_threshold_tokens",
+}
+_LOAD_PREFIX_PEERS: Final = {(2.0, 2.0, 3.0): "llm-d-322", (1.0, 1.0, 1.0): "llm-d-111"}
+_DEFAULTS: Final = PolicySpec()
+
+
+def protocol_policy(spec: PolicySpec) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The protocol policy (``backend.sim.routers.POLICIES``) and options that run ``spec``'s
+    chain in the simulator. The peers decide with the same library cores as ``/v1/schedule``;
+    a predicted-latency spec runs as Headroom's policy with the searched fields."""
     data = spec.model_dump(mode="json")
-    options = tuple((k, data[k]) for k in SEARCHED_FIELDS)
-    return Candidate(label, OURS, options, kind, data)
+    if spec.chain == "llm-d-default":
+        return LLMD_DEFAULT, tuple(
+            (option, data[field])
+            for field, option in _STICKY_OPTIONS.items()
+            if data[field] != getattr(_DEFAULTS, field)
+        )
+    if spec.chain == "load-prefix":
+        weights = (
+            spec.load_prefix_queue_weight,
+            spec.load_prefix_kv_weight,
+            spec.load_prefix_prefix_weight,
+        )
+        if weights in _LOAD_PREFIX_PEERS:
+            return _LOAD_PREFIX_PEERS[weights], ()
+        return "llm-d-322", tuple(zip(("queue", "kv", "prefix"), weights, strict=True))
+    if spec.chain == "lmetric":
+        return "lmetric", tuple(
+            (field.removeprefix("lmetric_"), data[field])
+            for field in ("lmetric_pending", "lmetric_batch")
+            if data[field] != getattr(_DEFAULTS, field)
+        )
+    return OURS, tuple((k, data[k]) for k in SEARCHED_FIELDS)
+
+
+def _predicted(label: str, kind: Kind, spec: PolicySpec) -> Candidate:
+    """A candidate that Apply can save: ``spec``, run by its chain's protocol policy."""
+    policy, options = protocol_policy(spec)
+    return Candidate(label, policy, options, kind, spec.model_dump(mode="json"))
 
 
 def candidates(active: PolicySpec) -> list[Candidate]:
@@ -150,22 +193,32 @@ def candidates(active: PolicySpec) -> list[Candidate]:
         out.append(_predicted(f"predicted chain: {strategy}, tier epsilon 0.1", "epp", spec))
     for options in variants(LLMD_DEFAULT):
         opts = ", ".join(f"{k}={v}" for k, v in options.items()) or "as shipped"
-        out.append(
-            Candidate(
-                f"llm-d default chain (sticky until saturated): {opts}",
-                LLMD_DEFAULT,
-                tuple(options.items()),
-                "epp",
-            )
-        )
+        fields = {f: options[o] for f, o in _STICKY_OPTIONS.items() if o in options}
+        spec = active.model_copy(update={"chain": "llm-d-default", **fields})
+        out.append(_predicted(f"llm-d default chain (sticky until saturated): {opts}", "epp", spec))
     for name in LOAD_PREFIX:
+        q, kv, p = next(w for w, peer in _LOAD_PREFIX_PEERS.items() if peer == name)
+        spec = active.model_copy(
+            update={
+                "chain": "load-prefix",
+                "load_prefix_queue_weight": q,
+                "load_prefix_kv_weight": kv,
+                "load_prefix_prefix_weight": p,
+            }
+        )
         weights = ":".join(name.removeprefix("llm-d-"))
-        out.append(Candidate(f"load+prefix {weights} (prefix:queue:kv)", name, (), "epp"))
+        out.append(_predicted(f"load+prefix {weights} (prefix:queue:kv)", "epp", spec))
     for strategy in ("most", "least"):
         spec = active.model_copy(
             update={"picker": "best_fit", "strategy": strategy, "mode": "slo", "ttft_weight": 0.8}
         )
         out.append(_predicted(f"Headroom best-fit picker, {strategy}", "schedule", spec))
+    # LMetric with the protocol's options for it: no llm-d plugin computes its score.
+    for options in variants("lmetric"):
+        opts = ", ".join(f"{k}={v}" for k, v in options.items()) or "as published"
+        fields = {f"lmetric_{k}": v for k, v in options.items()}
+        spec = active.model_copy(update={"chain": "lmetric", **fields})
+        out.append(_predicted(f"LMetric (Headroom-only): {opts}", "schedule", spec))
     # The active policy runs as itself (the baseline); a candidate equal to it adds nothing.
     current = active.model_dump(mode="json")
     return [c for c in out if c.spec is None or dict(c.spec) != current]
@@ -207,12 +260,8 @@ def _how(candidate: Candidate) -> dict[str, Any]:
     if candidate.spec is not None:
         policy = to_scheduling(PolicySpec.model_validate(candidate.spec))
         return {"needs": "EPP config", "epp_config": epp_config_yaml(policy)}
-    if candidate.policy == LLMD_PREDICTED:
-        return {"needs": "llm-d's own sidecar and shipped config", "epp_config": None}
-    # A chain of upstream plugins that a Headroom policy does not describe: its EPP config is
-    # the upstream guide's, with these options (see the protocol's peer for the plugins).
     return {
-        "needs": "EPP config (upstream guide's chain; not a Headroom policy)",
+        "needs": "llm-d's own sidecar and shipped config",
         "epp_config": None,
         "reproduces": POLICIES[candidate.policy](
             TransferConfig(), 0, dict(candidate.options)
@@ -266,10 +315,6 @@ def advise(
     confirmed = epp[: budget.survivors] + schedule[:1]
     confirm = {c: tuning(c, len(seeds)) for c in confirmed}
     best_epp = sorted(epp[: budget.survivors], key=lambda c: -confirm[c])[: budget.finalists]
-    # Apply needs a Headroom policy: the best predicted-chain candidate always reaches the final.
-    appliable = [c for c in sorted(epp, key=lambda c: -confirm.get(c, screen[c])) if c.spec]
-    if appliable and not any(c.spec for c in best_epp):
-        best_epp.append(appliable[0])
     best_schedule = sorted(schedule[:1], key=lambda c: -confirm[c])
     base, reference = active_candidate(active), shipped_chain()
     finals = [*best_epp, *best_schedule, base, reference]

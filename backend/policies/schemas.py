@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
 from backend.pools.schemas import FREE_TEXT, POOL_NAME_PATTERN
-from backend.scheduling.types import SchedulingPolicy, TransferConfig
+from backend.scheduling.types import Chain, SchedulingPolicy, TransferConfig
 
 _LIBRARY = SchedulingPolicy()
 _TRANSFER = TransferConfig()
@@ -37,6 +37,18 @@ class PolicySpec(BaseModel):
         gt=0,
         le=MAX_SLO_MS,
         description="TPOT SLO for requests without `x-llm-d-slo-tpot-ms`; none: no SLO.",
+    )
+    chain: Chain = Field(
+        _LIBRARY.chain,
+        description="The plugin chain that routes: predicted-latency (upstream's "
+        "predicted-latency chain, served Headroom's predictions; the fields from `mode` to "
+        "`tpot_tier_quantile`), llm-d-default (llm-d's optimized-baseline 'sticky until "
+        "saturated' chain: prefix-cache-affinity-filter and token-load-scorer; the `sticky_*`, "
+        "`max_tokens_in_flight_penalty`, `queue_threshold_tokens` and "
+        "`max_prefix_tokens_to_match` fields), load-prefix (queue, kv-cache and prefix-cache "
+        "scorers; the `load_prefix_*_weight` fields) or lmetric (new prefill tokens x batch "
+        "size; Headroom-only: no llm-d plugin computes it, it needs /v1/schedule; the "
+        "`lmetric_*` fields).",
     )
     mode: Literal["routing", "slo"] = Field(
         _LIBRARY.mode,
@@ -148,6 +160,63 @@ class PolicySpec(BaseModel):
         le=MAX_LINK_GBPS,
         description="KV transfer, cross region.",
     )
+    sticky_affinity_threshold: float = Field(
+        _LIBRARY.sticky_affinity_threshold,
+        ge=0,
+        le=1,
+        description="llm-d-default: prefix score a pod needs to be sticky "
+        "(prefix-cache-affinity-filter affinityThreshold).",
+    )
+    max_tokens_in_flight_penalty: int = Field(
+        _LIBRARY.max_tokens_in_flight_penalty,
+        ge=0,
+        le=2**31 - 1,
+        description="llm-d-default: keep every pod when the best sticky pod has this many more "
+        "in-flight tokens than the best other one (maxTokensInFlightPenalty; 0: never).",
+    )
+    queue_threshold_tokens: int = Field(
+        _LIBRARY.queue_threshold_tokens,
+        ge=1,
+        le=2**31 - 1,
+        description="llm-d-default: token-load-scorer's queueThresholdTokens (tokens above it "
+        "score alike).",
+    )
+    max_prefix_tokens_to_match: int = Field(
+        _LIBRARY.max_prefix_tokens_to_match,
+        ge=1,
+        le=10_000_000,
+        description="llm-d-default: approx-prefix-cache-producer's maxPrefixTokensToMatch (the "
+        "model's context, vLLM --max-model-len). Exported only: /v1/schedule callers send "
+        "prefix scores.",
+    )
+    load_prefix_queue_weight: float = Field(
+        _LIBRARY.load_prefix_queue_weight,
+        ge=0,
+        le=100,
+        description="load-prefix: queue-scorer weight.",
+    )
+    load_prefix_kv_weight: float = Field(
+        _LIBRARY.load_prefix_kv_weight,
+        ge=0,
+        le=100,
+        description="load-prefix: kv-cache-utilization-scorer weight.",
+    )
+    load_prefix_prefix_weight: float = Field(
+        _LIBRARY.load_prefix_prefix_weight,
+        ge=0,
+        le=100,
+        description="load-prefix: prefix-cache-scorer weight.",
+    )
+    lmetric_pending: bool = Field(
+        _LIBRARY.lmetric_pending,
+        description="lmetric: count the uncached tokens already dispatched to a pod and not yet "
+        "prefilled (`prefill_tokens_in_flight`) as new prefill tokens too.",
+    )
+    lmetric_batch: Literal["inflight", "scraped"] = Field(
+        _LIBRARY.lmetric_batch,
+        description="lmetric: batch size from the router's in-flight count "
+        "(`dispatched_requests`) or the scraped running gauge (`num_request_running`).",
+    )
     target_slo_attainment: float = Field(
         0.95,
         ge=0.5,
@@ -155,6 +224,20 @@ class PolicySpec(BaseModel):
         description="Share of requests to keep within SLO; desired replicas is the fewest pods "
         "the replayed traffic needs for it.",
     )
+
+    @field_validator("load_prefix_prefix_weight")
+    @classmethod
+    def _some_load_prefix_weight(cls, value: float, info: ValidationInfo) -> float:
+        # Checked on the last weight (fields validate in order, the chain and the other weights
+        # are known by then), so the 422 names a field.
+        data = info.data
+        weights = (data.get("load_prefix_queue_weight"), data.get("load_prefix_kv_weight"), value)
+        if data.get("chain") == "load-prefix" and not any(w for w in weights):
+            raise ValueError(
+                "the load-prefix chain needs load_prefix_queue_weight, load_prefix_kv_weight or "
+                "load_prefix_prefix_weight above 0"
+            )
+        return value
 
 
 class PolicyCreate(PolicySpec):

@@ -22,7 +22,7 @@ from backend.policies.mapping import to_scheduling
 from backend.policies.models import Objective, Policy, PolicyVersion
 from backend.policies.schemas import ObjectiveCreate, ObjectiveUpdate, PolicySpec
 from backend.pools.models import Pool
-from backend.scheduling.epp_config import epp_config_yaml, headroom_only
+from backend.scheduling.epp_config import HeadroomOnly, epp_config_yaml, headroom_only
 from backend.transactions import Invalidates, after_commit, write
 
 SYSTEM = "system"
@@ -243,18 +243,33 @@ def epp_config_export(session: Session, policy_id: int) -> tuple[str, str]:
 
     Names in the comment lines are written as quoted literals (control characters escaped):
     a user or pool name with a line break must not start a YAML line of its own.
+    A policy whose chain is Headroom-only (``lmetric``) has none: 409, saying to route with
+    ``/v1/schedule``.
     """
     policy = get_policy(session, policy_id)
     pool = session.scalar(select(Pool.name).where(Pool.id == policy.pool_id))
     scheduling = to_scheduling(PolicySpec.model_validate(policy.spec))
+    try:
+        config = epp_config_yaml(scheduling)
+    except HeadroomOnly as exc:
+        raise Conflict(f"policy {policy.id} (pool {pool!r}): {exc}") from None
+    if scheduling.chain == "predicted-latency":
+        notes = [
+            "# Options only Headroom's /v1/schedule applies (no upstream plugin implements them):",
+            *(f"#   {key}: {value}" for key, value in headroom_only(scheduling).items()),
+        ]
+    else:
+        notes = [
+            f"# Chain: {scheduling.chain} (upstream plugins only; the predicted-latency "
+            "options of the policy do not apply to it)."
+        ]
     lines = [
         f"# EndpointPickerConfig for pool {pool!r}, policy version {policy.version}.",
         f"# Exported by Headroom; last changed by {policy.updated_by!r} at "
         f"{policy.updated_at.isoformat()}.",
-        "# Options only Headroom's /v1/schedule applies (no upstream plugin implements them):",
-        *(f"#   {key}: {value}" for key, value in headroom_only(scheduling).items()),
+        *notes,
     ]
-    body = "\n".join(lines) + "\n" + epp_config_yaml(scheduling)
+    body = "\n".join(lines) + "\n" + config
     return f"epp-config-{pool}-v{policy.version}.yaml", body
 
 

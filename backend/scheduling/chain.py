@@ -1,5 +1,8 @@
 """The plugin chains and ``schedule``, the library's entry point.
 
+The predicted-latency chain (``SchedulingPolicy.chain``, the default); the load chains are in
+``load_chains``.
+
 Routing-only (upstream ``predicted-latency.values.yaml``):
     loose-affinity-filter -> latency-scorer -> picker
 SLO-aware (routerlib chart default; the admitter runs first, in request control):
@@ -21,6 +24,7 @@ import numpy as np
 from backend.scheduling.admitter import Admission, admit
 from backend.scheduling.headroom import compute_headroom
 from backend.scheduling.interference import counterfactual, interference_misses
+from backend.scheduling.load_chains import schedule_load_chain
 from backend.scheduling.pd import schedule_pd
 from backend.scheduling.profiles import Predictions, build_profile, build_traces, new_state, predict
 from backend.scheduling.state import Features, ProfileState
@@ -47,10 +51,14 @@ def schedule(
 
     P/D disaggregation engages when the candidates include prefill-role pods and pods that can
     decode; ``transfer_model`` (default: the policy's configured constants) prices KV transfers.
+    A policy naming a load chain (``llm-d-default``, ``load-prefix``, ``lmetric``) runs it
+    instead: no predictor call, no admitter (``backend.scheduling.load_chains``).
     """
     names = [c.name for c in candidates]
     if len(set(names)) != len(names):
         raise ValueError("candidate names must be unique")
+    if policy.chain != "predicted-latency" and candidates:
+        return schedule_load_chain(request, candidates, policy)
     rng = random.Random(request.seed)
     if not candidates:
         return Decision(

@@ -32,6 +32,11 @@ SCORERS: Final[tuple[Scorer, ...]] = (
     "interference_tpot",
     "interference_queue",
 )
+Chain = Literal["predicted-latency", "llm-d-default", "load-prefix", "lmetric"]
+CHAINS: Final[tuple[Chain, ...]] = ("predicted-latency", "llm-d-default", "load-prefix", "lmetric")
+"""The plugin chains a policy can name; ``lmetric`` is Headroom-only (no llm-d plugin computes
+it: it needs ``/v1/schedule``), the others are what an unchanged EPP runs."""
+EPP_CHAINS: Final[tuple[Chain, ...]] = ("predicted-latency", "llm-d-default", "load-prefix")
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -122,6 +127,9 @@ class TransferConfig:
 class SchedulingPolicy:
     """How a pool routes. Defaults equal upstream's (routerlib chart / predicted-latency guides)."""
 
+    # Which chain routes: the predicted-latency one (the fields below up to ``transfer``), or
+    # one of the load chains of ``backend.scheduling.load_chains`` (the fields after it).
+    chain: Chain = "predicted-latency"
     mode: Literal["routing", "slo"] = "slo"  # routing-only chain vs SLO-aware chain
     strategy: Literal["least", "most"] = "least"
     ttft_weight: float = 0.8  # TPOT weight = 1 - ttft_weight
@@ -147,6 +155,23 @@ class SchedulingPolicy:
     # requests would meet the SLO). Scoring always uses the mean.
     tpot_tier_quantile: Literal["mean", "p90"] = "mean"
     transfer: TransferConfig = field(default_factory=TransferConfig)
+    # llm-d-default (the optimized-baseline guide's values): prefix-cache-affinity-filter's
+    # affinityThreshold and maxTokensInFlightPenalty (0 disables the load gate),
+    # token-load-scorer's queueThresholdTokens, approx-prefix-cache-producer's
+    # maxPrefixTokensToMatch (the model's context; only the exported config uses it: a caller
+    # of /v1/schedule sends the prefix scores).
+    sticky_affinity_threshold: float = 0.8
+    max_tokens_in_flight_penalty: int = 286_720
+    queue_threshold_tokens: int = 4_194_304
+    max_prefix_tokens_to_match: int = 40_960
+    # load-prefix: the scorers' weights (GIE's chart and llm-d's code default, 2:2:3).
+    load_prefix_queue_weight: float = 2.0
+    load_prefix_kv_weight: float = 2.0
+    load_prefix_prefix_weight: float = 3.0
+    # lmetric: count the uncached tokens already dispatched and not yet prefilled; read the
+    # batch size from the router's in-flight count or the scraped running gauge.
+    lmetric_pending: bool = True
+    lmetric_batch: Literal["inflight", "scraped"] = "inflight"
 
     def __post_init__(self) -> None:
         unit = (
@@ -155,6 +180,7 @@ class SchedulingPolicy:
             "strict_affinity_threshold",
             "loose_affinity_threshold",
             "affinity_exploration_probability",
+            "sticky_affinity_threshold",
         )
         for name in unit:
             value = getattr(self, name)
@@ -181,6 +207,25 @@ class SchedulingPolicy:
             raise ValueError(f"unknown scorer {self.scorer!r}")
         if self.tpot_tier_quantile not in ("mean", "p90"):
             raise ValueError(f"unknown tpot_tier_quantile {self.tpot_tier_quantile!r}")
+        if self.chain not in CHAINS:
+            raise ValueError(f"unknown chain {self.chain!r}")
+        if self.max_tokens_in_flight_penalty < 0:
+            raise ValueError("max_tokens_in_flight_penalty must be >= 0")
+        if self.queue_threshold_tokens < 1:
+            raise ValueError("queue_threshold_tokens must be >= 1")
+        if self.max_prefix_tokens_to_match < 1:
+            raise ValueError("max_prefix_tokens_to_match must be >= 1")
+        weights = (
+            self.load_prefix_queue_weight,
+            self.load_prefix_kv_weight,
+            self.load_prefix_prefix_weight,
+        )
+        if not all(w >= 0.0 for w in weights):
+            raise ValueError("the load_prefix_*_weight fields must be >= 0")
+        if self.chain == "load-prefix" and not any(w > 0.0 for w in weights):
+            raise ValueError("the load-prefix chain needs a load_prefix_*_weight above 0")
+        if self.lmetric_batch not in ("inflight", "scraped"):
+            raise ValueError(f"unknown lmetric_batch {self.lmetric_batch!r}")
 
     def to_dict(self) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self.__slots__ if name != "transfer"}

@@ -20,6 +20,7 @@ from backend.policies.schemas import ObjectiveCreate, ObjectiveUpdate, PolicySpe
 Kind = Literal["number", "optional_number", "integer", "choice", "flag", "weight"]
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Chain", ("chain",)),
     (
         "SLOs",
         (
@@ -61,9 +62,33 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "transfer_cross_region_gbps",
         ),
     ),
+    (
+        "llm-d default chain (sticky until saturated)",
+        (
+            "sticky_affinity_threshold",
+            "max_tokens_in_flight_penalty",
+            "queue_threshold_tokens",
+            "max_prefix_tokens_to_match",
+        ),
+    ),
+    (
+        "Load+prefix chain",
+        ("load_prefix_queue_weight", "load_prefix_kv_weight", "load_prefix_prefix_weight"),
+    ),
+    ("LMetric chain (Headroom-only: /v1/schedule)", ("lmetric_pending", "lmetric_batch")),
 )
 
 LABELS = {
+    "chain": "Plugin chain",
+    "sticky_affinity_threshold": "Affinity threshold (prefix score)",
+    "max_tokens_in_flight_penalty": "Max in-flight tokens penalty",
+    "queue_threshold_tokens": "Token-load queue threshold (tokens)",
+    "max_prefix_tokens_to_match": "Max prefix tokens to match",
+    "load_prefix_queue_weight": "Queue scorer weight",
+    "load_prefix_kv_weight": "KV-cache scorer weight",
+    "load_prefix_prefix_weight": "Prefix-cache scorer weight",
+    "lmetric_pending": "Count pending prefill tokens",
+    "lmetric_batch": "Batch size from",
     "default_ttft_slo_ms": "Default TTFT SLO (ms)",
     "default_tpot_slo_ms": "Default TPOT SLO (ms)",
     "ttft_weight": "TTFT / TPOT weighting",

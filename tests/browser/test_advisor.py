@@ -37,7 +37,16 @@ def test_advise_apply_the_pick_and_download_its_epp_config(page: Page, console: 
     screenshot(page, "advice-result")
     assert console.policy()["version"] == before["version"]  # nothing saved by advising
 
-    apply = page.locator("button[data-testid^=apply-]").first
+    # Every candidate but the active policy and llm-d's shipped reference is a policy now,
+    # whatever its chain (the predicted one, llm-d's default, load+prefix, LMetric): Apply on each.
+    rows = ranking.locator("tbody tr")
+    appliable = ranking.locator("tbody tr[data-kind=epp], tbody tr[data-kind=schedule]")
+    expect(page.locator("button[data-testid^=apply-]")).to_have_count(appliable.count())
+    assert appliable.count() == rows.count() - 2
+    # The pick (the best EPP-expressible candidate) is applied, whichever chain it is.
+    pick = ranking.locator("tbody tr.current")
+    expect(pick).to_contain_text("pick")
+    apply = pick.locator("button[data-testid^=apply-]")
     number = int((apply.get_attribute("data-testid") or "").removeprefix("apply-"))
     page.on("dialog", lambda dialog: dialog.accept())
     apply.click()
@@ -56,9 +65,25 @@ def test_advise_apply_the_pick_and_download_its_epp_config(page: Page, console: 
     text = Path(download.value.path()).read_text(encoding="utf-8")
     assert f"policy version {version}" in text
     config = yaml.safe_load(text)
-    scorer = next(p for p in config["plugins"] if p["type"] == "latency-scorer")
-    assert scorer["parameters"]["headroomSelectionStrategy"] == applied["spec"]["strategy"]
-    assert scorer["parameters"]["ttftWeight"] == applied["spec"]["ttft_weight"]
+    plugins = {p["type"]: p for p in config["plugins"]}
+    spec = applied["spec"]
+    if spec["chain"] == "llm-d-default":
+        gate = plugins["prefix-cache-affinity-filter"]["parameters"]
+        assert gate["affinityThreshold"] == spec["sticky_affinity_threshold"]
+        assert gate["maxTokensInFlightPenalty"] == spec["max_tokens_in_flight_penalty"]
+        assert "token-load-scorer" in plugins and "latency-scorer" not in plugins
+    elif spec["chain"] == "load-prefix":
+        [profile] = config["schedulingProfiles"]
+        weights = {p["pluginRef"]: p.get("weight") for p in profile["plugins"]}
+        assert weights["prefix-cache-scorer"] == spec["load_prefix_prefix_weight"]
+    else:
+        assert spec["chain"] == "predicted-latency"
+        scorer = plugins["latency-scorer"]["parameters"]
+        assert scorer["headroomSelectionStrategy"] == spec["strategy"]
+        assert scorer["ttftWeight"] == spec["ttft_weight"]
+    # The policy form shows the chain that was applied.
+    page.goto("/ui/policies")
+    expect(page.locator("#f-chain")).to_have_value(spec["chain"])
 
     # A viewer sees the ranking but no Apply, and no way to start advice.
     page.context.clear_cookies()

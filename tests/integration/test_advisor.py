@@ -99,16 +99,86 @@ def test_advice_ranks_on_held_out_parts_and_apply_makes_an_audited_version(
     # The EPP config export follows: it is the candidate's own.
     exported = embedded.get(f"/v1/policies/{policy_id}/epp-config", headers=alice).text
     config = yaml.safe_load(exported)
-    if row["kind"] == "epp":
-        assert config == yaml.safe_load(row["epp_config"])
-    scorer = next(p for p in config["plugins"] if p["type"] == "latency-scorer")
-    assert scorer["parameters"]["headroomSelectionStrategy"] == row["spec"]["strategy"]
+    assert row["kind"] == "epp" and config == yaml.safe_load(row["epp_config"])
+    plugins = {p["type"]: p for p in config["plugins"]}
+    chain = row["spec"]["chain"]
+    assert applied["spec"]["chain"] == chain
+    if chain == "llm-d-default":
+        gate = plugins["prefix-cache-affinity-filter"]["parameters"]
+        assert gate["affinityThreshold"] == row["spec"]["sticky_affinity_threshold"]
+        assert "token-load-scorer" in plugins and "latency-scorer" not in plugins
+    elif chain == "load-prefix":
+        assert "queue-scorer" in plugins and "latency-scorer" not in plugins
+    else:
+        scorer = plugins["latency-scorer"]["parameters"]
+        assert scorer["headroomSelectionStrategy"] == row["spec"]["strategy"]
 
     # Applying again: the advice was made against version 1, the policy is at 2 now.
     again = embedded.post(
         f"/v1/pools/default/advice/{done['id']}/apply", json={"candidate": pick}, headers=alice
     )
     assert again.status_code == 409 and again.json()["current_version"] == 2
+
+
+def test_apply_saves_a_non_predicted_chain_and_schedule_runs_it(
+    embedded: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    """On this small Azure workload the ranking holds llm-d's default chain and LMetric (the
+    Headroom-only finalist): both are policies now, and /v1/schedule routes with them."""
+    alice = token_for(sessions, "alice", "editor")
+    done = _advise(embedded, alice)
+    ranking = done["result"]["ranking"]
+    url = f"/v1/pools/default/advice/{done['id']}"
+    policy_id = embedded.get("/v1/policies", headers=alice).json()[0]["id"]
+    chains = {row["spec"]["chain"]: i for i, row in enumerate(ranking) if row["appliable"]}
+    assert {"llm-d-default", "lmetric"} <= set(chains), [r["label"] for r in ranking]
+
+    sticky = ranking[chains["llm-d-default"]]
+    assert sticky["kind"] == "epp" and sticky["needs"] == "EPP config"
+    r = embedded.post(f"{url}/apply", json={"candidate": chains["llm-d-default"]}, headers=alice)
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["chain"] == "llm-d-default" and r.json()["version"] == 2
+    exported = embedded.get(f"/v1/policies/{policy_id}/epp-config", headers=alice)
+    assert yaml.safe_load(exported.text) == yaml.safe_load(sticky["epp_config"])
+    assert "# Chain: llm-d-default" in exported.text
+    pods = [
+        {**_pod("warm"), "prefix_cache_score": 0.95, "prefill_tokens_in_flight": 4000},
+        {**_pod("cold"), "prefix_cache_score": 0.0, "prefill_tokens_in_flight": 0},
+    ]
+    body = {"request": {"prompt_tokens": 2000, "seed": 1}, "candidates": pods}
+    decision = embedded.post("/v1/schedule", json=body, headers=alice).json()
+    assert decision["policy_version"] == 2
+    assert decision["decision"]["mode"] == "llm-d-default"
+    assert decision["decision"]["chosen"] == "warm"  # sticky: 4,000 tokens is within the penalty
+
+    # The Headroom-only LMetric row is a policy too (this advice was made against version 1,
+    # so it is saved here as an edit of the same spec): it has no EPP config to export.
+    lmetric = ranking[chains["lmetric"]]
+    assert lmetric["kind"] == "schedule" and lmetric["needs"] == "/v1/schedule"
+    assert lmetric["epp_config"] is None
+    r = embedded.put(f"/v1/policies/{policy_id}", json=lmetric["spec"], headers=alice)
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["chain"] == "lmetric" and r.json()["version"] == 3
+    refused = embedded.get(f"/v1/policies/{policy_id}/epp-config", headers=alice)
+    assert refused.status_code == 409 and "/v1/schedule" in refused.json()["detail"]
+    decision = embedded.post("/v1/schedule", json=body, headers=alice).json()
+    assert decision["decision"]["mode"] == "lmetric"
+    # LMetric: the warm pod's 100 uncached tokens plus 4,000 pending x 1 in flight, against
+    # 2,000 new tokens x 1 on the cold one.
+    assert decision["decision"]["chosen"] == "cold"
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "kv_cache_percentage": 0.3,
+        "input_token_length": 2000,
+        "num_request_waiting": 0,
+        "num_request_running": 1,
+        "num_tokens_generated": 1,
+        "prefix_cache_score": 0.0,
+        "dispatched_requests": 1,
+    }
 
 
 def test_roles_and_bad_input(embedded: TestClient, sessions: sessionmaker[Session]) -> None:

@@ -232,3 +232,96 @@ def test_the_tier_can_compare_the_served_tpot_p90_with_the_slo(trained: TestClie
     assert {by_p90[f"p{i}"] for i in range(8) if p90[i] < slo} == {"positive"}
     bad = trained.put(f"/v1/policies/{policy_id(trained)}", json={"tpot_tier_quantile": "p99"})
     assert bad.status_code == 422
+
+
+def test_each_chain_a_policy_names_is_what_schedule_runs(trained: TestClient) -> None:
+    """The same candidates under each chain: the predicted one uses the served models, the
+    load chains decide on the wire fields alone (no prediction in their traces)."""
+    pid = policy_id(trained)
+    pods = [
+        pod("warm", prefix_cache_score=0.9, prefill_tokens_in_flight=6000, num_request_waiting=3),
+        pod("cold", prefix_cache_score=0.0, prefill_tokens_in_flight=0, num_request_waiting=0),
+        pod("busy", prefix_cache_score=0.0, prefill_tokens_in_flight=9000, num_request_waiting=6),
+    ]
+    predicted = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60)["decision"]
+    assert predicted["mode"] == "slo" and not predicted["fallback"]
+    assert all(c["ttft_ms"] is not None for c in predicted["candidates"])
+
+    version = 1
+    expected = {
+        # Sticky: warm holds 90 % of the prompt, 6,000 tokens ahead is within the penalty.
+        "llm-d-default": ({}, "warm"),
+        # Gate at 4,000 tokens: broken, then the fewest tokens (cold: 2,000).
+        "llm-d-default ": ({"max_tokens_in_flight_penalty": 4000}, "cold"),
+        # Prefix only: the warm pod.
+        "load-prefix": (
+            {"load_prefix_queue_weight": 0, "load_prefix_kv_weight": 0},
+            "warm",
+        ),
+        # Queue only: the empty queue.
+        "load-prefix ": (
+            {"load_prefix_queue_weight": 1, "load_prefix_prefix_weight": 0},
+            "cold",
+        ),
+        # LMetric with the router's in-flight count: cold's 2,000 new tokens x 8 beat warm's
+        # 200 + 6,000 pending x 8.
+        "lmetric": ({}, "cold"),
+        # Only this request's tokens: warm's 200 x 8 wins.
+        "lmetric ": ({"lmetric_pending": False}, "warm"),
+    }
+    for key, (fields, chosen) in expected.items():
+        chain = key.strip()
+        r = trained.put(f"/v1/policies/{pid}", json={"chain": chain, **fields})
+        assert r.status_code == 200, r.text
+        version = r.json()["version"]
+        out = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60)
+        decision = out["decision"]
+        assert out["policy_version"] == version
+        assert decision["mode"] == chain and decision["admitted"], key
+        assert decision["chosen"] == chosen, (key, decision["candidates"])
+        # No predictor: the decision carries no predictions, and it is not a fallback.
+        assert all(c["ttft_ms"] is None for c in decision["candidates"])
+        assert not decision["fallback"] and decision["picker"] == "max-score-picker"
+        # The upstream preset puts the predicted-latency chain back, with every chain's defaults.
+        reset = trained.post(f"/v1/policies/{pid}/preset/upstream").json()["spec"]
+        assert reset["chain"] == "predicted-latency" and reset["load_prefix_queue_weight"] == 2
+
+
+def test_bad_chain_parameters_are_a_422_naming_the_field(client: TestClient) -> None:
+    pid = policy_id(client)
+    cases = {
+        "chain": {"chain": "round-robin"},
+        "sticky_affinity_threshold": {"sticky_affinity_threshold": 1.5},
+        "max_tokens_in_flight_penalty": {"max_tokens_in_flight_penalty": -1},
+        "queue_threshold_tokens": {"queue_threshold_tokens": 0},
+        "load_prefix_kv_weight": {"load_prefix_kv_weight": -0.5},
+        "lmetric_batch": {"lmetric_batch": "gauge"},
+        # Valid one by one, refused together: the chain needs a weight above 0.
+        "load_prefix_prefix_weight": {
+            "chain": "load-prefix",
+            "load_prefix_queue_weight": 0,
+            "load_prefix_kv_weight": 0,
+            "load_prefix_prefix_weight": 0,
+        },
+    }
+    for field, body in cases.items():
+        r = client.put(f"/v1/policies/{pid}", json=body)
+        assert r.status_code == 422, (field, r.text)
+        assert r.json()["detail"].startswith(field), (field, r.json())
+    # A partial update that makes a stored load-prefix policy weightless is refused too.
+    ok = client.put(
+        f"/v1/policies/{pid}",
+        json={"chain": "load-prefix", "load_prefix_queue_weight": 0, "load_prefix_kv_weight": 0},
+    )
+    assert ok.status_code == 200, ok.text
+    r = client.put(f"/v1/policies/{pid}", json={"load_prefix_prefix_weight": 0})
+    assert r.status_code == 422 and "load-prefix chain needs" in r.json()["detail"]
+    assert client.get("/v1/policies").json()[0]["version"] == ok.json()["version"]
+
+
+def test_lmetric_policy_has_no_epp_config_and_says_why(client: TestClient) -> None:
+    pid = policy_id(client)
+    assert client.put(f"/v1/policies/{pid}", json={"chain": "lmetric"}).status_code == 200
+    r = client.get(f"/v1/policies/{pid}/epp-config")
+    assert r.status_code == 409
+    assert "Headroom-only" in r.json()["detail"] and "/v1/schedule" in r.json()["detail"]

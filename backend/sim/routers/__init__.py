@@ -144,8 +144,10 @@ def _interference(name: str, scorer: Scorer) -> PolicyFactory:
 POLICIES: Final[dict[str, PolicyFactory]] = {
     "round-robin": lambda t, s, o: RoundRobin(),
     "least-request": lambda t, s, o: LeastRequest(),
-    "llm-d-322": lambda t, s, o: LoadPrefix(queue=2.0, kv=2.0, prefix=3.0),
-    "llm-d-111": lambda t, s, o: LoadPrefix(queue=1.0, kv=1.0, prefix=1.0),
+    # The weights can be overridden (``queue``, ``kv``, ``prefix``): the advisor runs a policy's
+    # own weights this way; the protocol runs the two as named.
+    "llm-d-322": lambda t, s, o: LoadPrefix(**{"queue": 2.0, "kv": 2.0, "prefix": 3.0, **o}),
+    "llm-d-111": lambda t, s, o: LoadPrefix(**{"queue": 1.0, "kv": 1.0, "prefix": 1.0, **o}),
     LLMD_DEFAULT: lambda t, s, o: StickyUntilSaturated(**o),
     "lmetric": lambda t, s, o: LMetric(**o),
     "dynamo-kv": lambda t, s, o: DynamoKv(**o),

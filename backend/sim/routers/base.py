@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from backend.scheduling.load_chains import pick_extreme
 from backend.scheduling.types import Distance
 from backend.sim.server import Request
 from backend.sim.traces.loader import UNIT_TOKENS
@@ -95,7 +96,6 @@ class RoutingPolicy:
 def pick_best(
     pods: Sequence[int], values: Sequence[float], rng: random.Random, *, lowest: bool
 ) -> int:
-    """The pod with the lowest (or highest) value; exact ties broken uniformly at random."""
-    best = min(values) if lowest else max(values)
-    tied = [p for p, v in zip(pods, values, strict=True) if v == best]
-    return tied[0] if len(tied) == 1 else tied[rng.randrange(len(tied))]
+    """The pod with the lowest (or highest) value; exact ties broken uniformly at random (the
+    scheduling library's rule, one implementation)."""
+    return pods[pick_extreme(values, rng, lowest=lowest)]

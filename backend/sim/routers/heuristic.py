@@ -1,10 +1,21 @@
 """The peers' prefix-and-load routers: llm-d (load+prefix weights and the sticky-until-saturated
-default), LMetric, Dynamo, SGLang."""
+default), LMetric, Dynamo, SGLang.
+
+llm-d's two chains and LMetric decide with the scheduling library's cores
+(``backend.scheduling.load_chains``, what ``/v1/schedule`` runs for a policy naming that chain);
+the routers here feed them from the simulated router's counters and prefix index."""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+from backend.scheduling.load_chains import (
+    lmetric,
+    lmetric_keys,
+    load_prefix,
+    sticky_until_saturated,
+)
+from backend.scheduling.types import SchedulingPolicy
 from backend.sim.kvcache import BLOCK_TOKENS
 from backend.sim.routers.base import Route, RoutingPolicy, pick_best
 from backend.sim.routers.prefix_index import ApproxPrefixIndex, SglangTree
@@ -42,6 +53,12 @@ class LoadPrefix(RoutingPolicy):
     ) -> None:
         super().__init__()
         self.weights = (queue, kv, prefix)
+        self.policy = SchedulingPolicy(
+            chain="load-prefix",
+            load_prefix_queue_weight=queue,
+            load_prefix_kv_weight=kv,
+            load_prefix_prefix_weight=prefix,
+        )
         self.max_prefix_tokens = max_prefix_tokens
         label = f"{prefix:g}:{queue:g}:{kv:g}"
         self.name = f"llm-d-{int(prefix)}{int(queue)}{int(kv)}"  # the blog's naming
@@ -66,16 +83,15 @@ class LoadPrefix(RoutingPolicy):
     def pick(self, req: Request, pods: list[int]) -> int:
         v, index = self.view, self._index
         assert index is not None
-        wq, wkv, wp = self.weights
         gauges = [v.scraped(p) for p in pods]
-        queues = [g.num_waiting for g in gauges]
-        q_max, q_min = max(queues), min(queues)
-        prefix = index.scores(req.units, pods, req.prompt)
-        scores = []
-        for g, q, pre in zip(gauges, queues, prefix, strict=True):
-            queue = 1.0 if q_max == q_min else (q_max - q) / (q_max - q_min)
-            scores.append(wq * queue + wkv * (1.0 - g.kv_cache_usage) + wp * pre)
-        return pick_best(pods, scores, v.rng, lowest=False)
+        choice = load_prefix(
+            [g.num_waiting for g in gauges],
+            [g.kv_cache_usage for g in gauges],
+            index.scores(req.units, pods, req.prompt),
+            self.policy,
+            v.rng,
+        )
+        return pods[choice.index]
 
     def on_dispatch(self, req: Request, route: Route, now: float) -> None:
         assert self._index is not None
@@ -120,6 +136,13 @@ class StickyUntilSaturated(RoutingPolicy):
         self.penalty = max_tokens_in_flight_penalty
         self.max_prefix_tokens = max_prefix_tokens
         self.queue_threshold = queue_threshold_tokens
+        self.policy = SchedulingPolicy(
+            chain="llm-d-default",
+            sticky_affinity_threshold=affinity_threshold,
+            max_tokens_in_flight_penalty=max_tokens_in_flight_penalty,
+            queue_threshold_tokens=queue_threshold_tokens,
+            max_prefix_tokens_to_match=max_prefix_tokens,
+        )
         self.reproduces = (
             "llm-d optimized-baseline guide (llm-d/llm-d 0a3b0c93, llm-d-router 066c20ea): "
             f"prefix-cache-affinity-filter (threshold {affinity_threshold:g}, in-flight token "
@@ -150,24 +173,18 @@ class StickyUntilSaturated(RoutingPolicy):
     def pick(self, req: Request, pods: list[int]) -> int:
         v, index = self.view, self._index
         assert index is not None
-        scores = index.scores(req.units, pods, req.prompt)
-        inflight = [v.prefill_inflight[p] for p in pods]
-        sticky = [i for i, s in enumerate(scores) if s >= self.affinity_threshold]
-        keep = list(range(len(pods)))
-        if sticky and len(sticky) < len(pods):
-            others = [i for i in keep if i not in sticky]
-            gap = min(inflight[i] for i in sticky) - min(inflight[i] for i in others)
-            if self.penalty > 0 and gap > self.penalty:
-                self.broken += 1
-            else:
-                keep = sticky
-                self.sticky += 1
-        elif sticky:
+        choice = sticky_until_saturated(
+            index.scores(req.units, pods, req.prompt),
+            [v.prefill_inflight[p] for p in pods],
+            lambda kept: index.uncached(req.units, [pods[i] for i in kept], req.prompt),
+            self.policy,
+            v.rng,
+        )
+        if choice.outcome == "broken":
+            self.broken += 1
+        elif choice.outcome in ("sticky", "all_sticky"):
             self.sticky += 1
-        new = index.uncached(req.units, [pods[i] for i in keep], req.prompt)
-        cap = self.queue_threshold
-        tokens = [min(inflight[i] + n, cap) for i, n in zip(keep, new, strict=True)]
-        return pick_best([pods[i] for i in keep], tokens, v.rng, lowest=True)
+        return pods[choice.index]
 
     def on_dispatch(self, req: Request, route: Route, now: float) -> None:
         assert self._index is not None
@@ -215,15 +232,17 @@ class LMetric(RoutingPolicy):
             batch = [v.dispatched[p] for p in pods]
         else:
             batch = [v.scraped(p).num_running for p in pods]
-        return pick_best(pods, lmetric_keys(new, batch), v.rng, lowest=True)
+        return pods[lmetric(new, batch, v.rng).index]
 
 
-def lmetric_keys(new_tokens: list[int], batch: list[int]) -> list[float]:
-    """LMetric's score per pod, lowest best: new prefill tokens x batch size, then (among equal
-    products, e.g. idle pods) fewer new tokens. One float per pod, exact for any realistic
-    sizes, keeps ``pick_best``'s random tie-break."""
-    top = max(new_tokens, default=0) + 1
-    return [float(b * n * top + n) for b, n in zip(batch, new_tokens, strict=True)]
+__all__ = [
+    "DynamoKv",
+    "LMetric",
+    "LoadPrefix",
+    "SglangCacheAware",
+    "StickyUntilSaturated",
+    "lmetric_keys",
+]
 
 
 class DynamoKv(RoutingPolicy):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from backend.advisor.search import Budget, Workload, advise, candidates
+from backend.advisor.search import Budget, Workload, advise, candidates, protocol_policy
 from backend.advisor.workloads import shipped_trace
 from backend.policies.schemas import PolicySpec
 
@@ -39,13 +39,50 @@ def test_candidates_cover_the_epp_space_and_never_repeat_the_active_policy() -> 
         assert part in labels
     assert any(c.policy == "llm-d-default" for c in found)
     assert {"llm-d-322", "llm-d-111"} <= {c.policy for c in found}
+    # Headroom-only: the best-fit picker on the predicted chain, and LMetric (its own chain).
     schedule = [c for c in found if c.kind == "schedule"]
-    assert schedule and all(dict(c.spec or {})["picker"] == "best_fit" for c in schedule)
-    # EPP-expressible predicted candidates use only what the EPP has: the lottery, greedy P/D.
+    assert {c.spec["chain"] for c in schedule if c.spec} == {"predicted-latency", "lmetric"}
+    for c in schedule:
+        assert c.spec is not None
+        assert c.spec["chain"] == "lmetric" or c.spec["picker"] == "best_fit"
+    assert {c.options for c in schedule if c.policy == "lmetric"} == {
+        (),
+        (("batch", "scraped"),),
+        (("pending", False),),
+        (("pending", False), ("batch", "scraped")),
+    }
+    # Every candidate is a policy Apply can save, naming its chain; EPP-expressible predicted
+    # candidates use only what the EPP has: the lottery, greedy P/D.
     for c in found:
-        if c.kind == "epp" and c.spec is not None:
-            assert c.spec["picker"] == "weighted_random" and c.spec["pd_selection"] == "greedy"
+        assert c.spec is not None
+        spec = PolicySpec.model_validate(c.spec)
+        assert protocol_policy(spec) == (c.policy, c.options)
+        if c.kind == "epp":
+            assert spec.chain in ("predicted-latency", "llm-d-default", "load-prefix")
+        if c.kind == "epp" and spec.chain == "predicted-latency":
+            assert spec.picker == "weighted_random" and spec.pd_selection == "greedy"
+    sticky = [PolicySpec.model_validate(c.spec) for c in found if c.policy == "llm-d-default"]
+    assert {(s.sticky_affinity_threshold, s.max_tokens_in_flight_penalty) for s in sticky} == {
+        (a, p) for a in (0.8, 0.5) for p in (286_720, 65_536, 16_384)
+    }
     assert all(c.spec != active.model_dump(mode="json") for c in found)
+
+
+def test_a_policy_on_a_load_chain_runs_as_that_chain_and_is_not_screened_twice() -> None:
+    active = PolicySpec(chain="llm-d-default", sticky_affinity_threshold=0.5)
+    assert protocol_policy(active) == ("llm-d-default", (("affinity_threshold", 0.5),))
+    found = candidates(active)
+    assert all(c.spec != active.model_dump(mode="json") for c in found)
+    weights = PolicySpec(chain="load-prefix", load_prefix_queue_weight=1.0)
+    assert protocol_policy(weights) == (
+        "llm-d-322",
+        (("queue", 1.0), ("kv", 2.0), ("prefix", 3.0)),
+    )
+    assert protocol_policy(PolicySpec(chain="load-prefix", **_ones())) == ("llm-d-111", ())
+
+
+def _ones() -> dict[str, float]:
+    return {f"load_prefix_{k}_weight": 1.0 for k in ("queue", "kv", "prefix")}
 
 
 def test_ranking_is_by_held_out_mean_with_the_active_policy_and_shipped_chain(
@@ -73,14 +110,25 @@ def test_each_row_says_how_it_runs_and_exports_its_own_epp_config(
 ) -> None:
     for r in result["ranking"]:
         if r["kind"] == "schedule":
-            assert r["needs"] == "/v1/schedule" and r["epp_config"] is None
-        elif r["appliable"]:
+            assert r["needs"] == "/v1/schedule" and r["epp_config"] is None and r["appliable"]
+        elif r["kind"] == "reference":
+            assert not r["appliable"] and r["reproduces"] and r["epp_config"] is None
+        else:
+            # The active policy is what the pool runs already: nothing to apply.
+            assert r["appliable"] == (r["kind"] == "epp")
             config = yaml.safe_load(r["epp_config"])
-            scorer = next(p for p in config["plugins"] if p["type"] == "latency-scorer")
-            assert scorer["parameters"]["headroomSelectionStrategy"] == r["spec"]["strategy"]
-            assert scorer["parameters"]["ttftWeight"] == r["spec"]["ttft_weight"]
-        elif r["kind"] == "epp":
-            assert not r["appliable"] and r["reproduces"]
+            types = [p["type"] for p in config["plugins"]]
+            if r["spec"]["chain"] == "llm-d-default":
+                assert "token-load-scorer" in types
+                gate = next(p for p in config["plugins"] if p["type"].endswith("affinity-filter"))
+                threshold = gate["parameters"]["affinityThreshold"]
+                assert threshold == r["spec"]["sticky_affinity_threshold"]
+            elif r["spec"]["chain"] == "load-prefix":
+                assert "queue-scorer" in types and "latency-scorer" not in types
+            else:
+                scorer = next(p for p in config["plugins"] if p["type"] == "latency-scorer")
+                assert scorer["parameters"]["headroomSelectionStrategy"] == r["spec"]["strategy"]
+                assert scorer["parameters"]["ttftWeight"] == r["spec"]["ttft_weight"]
 
 
 def test_budget_refuses_nonsense() -> None:

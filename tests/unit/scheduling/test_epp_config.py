@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from backend.scheduling import SchedulingPolicy
-from backend.scheduling.epp_config import epp_config, epp_config_yaml, headroom_only
+from backend.scheduling.epp_config import HeadroomOnly, epp_config, epp_config_yaml, headroom_only
 
 
 def by_ref(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -133,3 +134,89 @@ def test_interference_scorer_is_headroom_only() -> None:
     extra = headroom_only(policy)
     assert extra["scorer"] == "interference" and extra["scorer_upstream_equivalent"] is False
     assert headroom_only(SchedulingPolicy())["scorer_upstream_equivalent"] is True
+
+
+def _profile_refs(cfg: dict[str, Any]) -> list[str]:
+    [profile] = cfg["schedulingProfiles"]
+    return [p["pluginRef"] for p in profile["plugins"]]
+
+
+def test_llm_d_default_chain_exports_the_optimized_baseline_guide_with_its_parameters() -> None:
+    policy = SchedulingPolicy(
+        chain="llm-d-default",
+        sticky_affinity_threshold=0.5,
+        max_tokens_in_flight_penalty=65_536,
+        queue_threshold_tokens=1_000_000,
+        max_prefix_tokens_to_match=8192,
+    )
+    cfg = yaml.safe_load(epp_config_yaml(policy))
+    assert cfg["kind"] == "EndpointPickerConfig"
+    assert _profile_refs(cfg) == [
+        "prefix-cache-affinity-filter",
+        "token-load-scorer",
+        "max-score-picker",
+    ]
+    plugins = by_ref(cfg)
+    assert set(plugins) == {
+        "token-load-scorer",
+        "inflight-load-producer",
+        "approx-prefix-cache-producer",
+        "prefix-cache-affinity-filter",
+        "max-score-picker",
+    }
+    assert plugins["prefix-cache-affinity-filter"]["parameters"] == {
+        "affinityThreshold": 0.5,
+        "maxTokensInFlightPenalty": 65_536,
+        "maxTTFTPenaltyMs": 0,
+        "explorationProbability": 0,
+    }
+    assert plugins["token-load-scorer"]["parameters"] == {"queueThresholdTokens": 1_000_000}
+    assert plugins["approx-prefix-cache-producer"]["parameters"] == {"maxPrefixTokensToMatch": 8192}
+    # No predicted-latency plugin: the chain runs on an EPP without Headroom's predictions.
+    assert not any("latency" in t for t in plugins)
+
+
+def test_llm_d_default_chain_defaults_equal_the_guide() -> None:
+    plugins = by_ref(epp_config(SchedulingPolicy(chain="llm-d-default")))
+    gate = plugins["prefix-cache-affinity-filter"]["parameters"]
+    assert gate["affinityThreshold"] == 0.8 and gate["maxTokensInFlightPenalty"] == 286_720
+    assert plugins["approx-prefix-cache-producer"]["parameters"] == {
+        "maxPrefixTokensToMatch": 40_960
+    }
+    assert plugins["token-load-scorer"]["parameters"] == {"queueThresholdTokens": 4_194_304}
+
+
+def test_load_prefix_chain_exports_the_weighted_scorers() -> None:
+    policy = SchedulingPolicy(
+        chain="load-prefix",
+        load_prefix_queue_weight=1.0,
+        load_prefix_kv_weight=0.5,
+        load_prefix_prefix_weight=4.0,
+    )
+    cfg = yaml.safe_load(epp_config_yaml(policy))
+    [profile] = cfg["schedulingProfiles"]
+    weights = {p["pluginRef"]: p.get("weight") for p in profile["plugins"]}
+    assert weights == {
+        "queue-scorer": 1.0,
+        "kv-cache-utilization-scorer": 0.5,
+        "prefix-cache-scorer": 4.0,
+        "max-score-picker": None,
+    }
+    plugins = by_ref(cfg)
+    assert set(weights) <= set(plugins)
+    assert "metrics-data-source" in plugins, "queue and KV scorers read scraped gauges"
+    assert not any("latency" in t or "affinity" in t for t in plugins)
+
+
+def test_lmetric_chain_has_no_epp_config() -> None:
+    policy = SchedulingPolicy(chain="lmetric")
+    with pytest.raises(HeadroomOnly, match="/v1/schedule"):
+        epp_config(policy)
+    assert headroom_only(policy) == {"chain": "lmetric", "chain_upstream_equivalent": False}
+
+
+def test_exports_do_not_share_mutable_parts() -> None:
+    first = epp_config(SchedulingPolicy(chain="load-prefix"))
+    by_ref(first)["metrics-data-source"]["parameters"]["path"] = "/changed"
+    again = by_ref(epp_config(SchedulingPolicy()))
+    assert again["metrics-data-source"]["parameters"]["path"] == "/metrics"
