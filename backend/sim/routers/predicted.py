@@ -242,8 +242,9 @@ class PredictedLatency(RoutingPolicy):
         if row is None:
             return
         pod = route.prefill if target == "ttft" and route.prefill is not None else route.pod
-        self.predictors[self._class_of[pod]].add(target, row, ms)
         predicted = route.ttft_ms if target == "ttft" else route.tpot_ms
+        # The prediction rides with the sample, as the EPP's ``predicted_*_ms`` does.
+        self.predictors[self._class_of[pod]].add(target, row, ms, predicted_ms=predicted)
         if math.isfinite(predicted) and ms > 0:
             self._live[target].setdefault(int(now // LIVE_BIN_S), []).append(
                 abs(predicted - ms) / ms
