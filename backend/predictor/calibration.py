@@ -179,16 +179,21 @@ def fit_calibration(
     *,
     correct: bool = False,
     source: Source = "held_out",
+    served: npt.ArrayLike | None = None,
 ) -> Calibration | None:
     """Per-band spread (and with ``correct``, the median correction) of ``actual / predicted``;
-    None with fewer than ``min_rows_per_band`` usable rows."""
+    None with fewer than ``min_rows_per_band`` usable rows. With ``served`` (what each row's
+    router was told) the spread's shape is taken from ``actual / served`` instead, about its
+    band median."""
     if not 0.0 < quantile < 1.0:
         raise ValueError("quantile must be in (0, 1)")
     lo = np.asarray(load, dtype=np.float64).reshape(-1)
     true = np.asarray(actual, dtype=np.float64).reshape(-1)
     pred = np.asarray(predicted, dtype=np.float64).reshape(-1)
     ok = np.isfinite(lo) & np.isfinite(true) & (true > 0) & np.isfinite(pred) & (pred > 0)
-    lo, ratio = lo[ok], true[ok] / pred[ok]
+    told = pred if served is None else np.asarray(served, dtype=np.float64).reshape(-1)
+    ok &= np.isfinite(told) & (told > 0)
+    lo, ratio, seen = lo[ok], true[ok] / pred[ok], true[ok] / told[ok]
     k = min(bands, lo.size // min_rows_per_band)
     if k < 1:
         return None
@@ -211,10 +216,12 @@ def fit_calibration(
     correction: list[float] = []
     points: list[tuple[float, ...]] = []
     for g in groups:
-        r = ratio[np.isin(band, g)]
+        rows = np.isin(band, g)
+        r = ratio[rows]
         shift = float(np.median(r)) if correct else 1.0
         correction.append(shift)
-        points.append(tuple(float(x) for x in np.quantile(r / shift, levels)))
+        spread = r / shift if served is None else seen[rows] / float(np.median(seen[rows]))
+        points.append(tuple(float(x) for x in np.quantile(spread, levels)))
     return Calibration(
         quantile,
         edges,
@@ -235,6 +242,10 @@ class LiveRows:
     predicted: FloatArray
     """The model's own prediction of each row (before any correction); NaN or <= 0 for a row
     that was not routed by a prediction."""
+    served: FloatArray | None = None
+    """What the router was told for each row, when ``predicted`` is not it (a stand-in
+    recomputed by the active version): the spread is then taken from the served predictions,
+    out of sample, rather than from the stand-in's, which trained on most of these rows."""
 
 
 def calibrate(
@@ -258,6 +269,7 @@ def calibrate(
                 LIVE_MIN_ROWS_PER_BAND,
                 correct=True,
                 source="live",
+                served=None if live.served is None else np.asarray(live.served)[has],
             )
             if fitted is not None:
                 return fitted

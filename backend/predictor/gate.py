@@ -447,7 +447,13 @@ def _calibrate_live(
     routed = np.isfinite(served) & (served > 0)
     factor = rows.served_factor
     raw = served / factor[pick] if factor is not None else active_pred[pick]
-    fitted = calibrate(None, LiveRows(load, rows.labels[pick], np.where(routed, raw, np.nan)))
+    live = LiveRows(
+        load,
+        rows.labels[pick],
+        np.where(routed, raw, np.nan),
+        None if factor is not None else served,
+    )
+    fitted = calibrate(None, live)
     if fitted is not None:
         model.calibration = fitted
 
