@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -79,21 +80,40 @@ class Calibration:
     """Rows the calibration comes from."""
     source: Source = "held_out"
 
+    # Arrays built once per calibration (a served version's is reused for every prediction):
+    # the hot path then costs a searchsorted and two gathers.
+    @cached_property
+    def _edges(self) -> FloatArray:
+        return np.asarray(self.edges, dtype=np.float64)
+
+    @cached_property
+    def _correction(self) -> FloatArray:
+        return np.asarray(self.correction, dtype=np.float64)
+
+    @cached_property
+    def _upper(self) -> FloatArray:
+        return self._quantile_per_band(self.quantile)
+
+    def _quantile_per_band(self, q: float) -> FloatArray:
+        return np.asarray([np.interp(q, self.levels, pts) for pts in self.points])
+
     def band(self, load: npt.ArrayLike) -> npt.NDArray[np.intp]:
         """Each row's band (loads past the last edge take the top band)."""
-        return np.searchsorted(np.asarray(self.edges), np.asarray(load, dtype=np.float64))
+        return np.searchsorted(self._edges, np.asarray(load, dtype=np.float64))
 
     def mean_factor(self, load: npt.ArrayLike) -> FloatArray:
         """Model prediction -> served mean, per row."""
-        return np.asarray(self.correction, dtype=np.float64)[self.band(load)]
+        return self._correction[self.band(load)]
 
     def upper(self, load: npt.ArrayLike, quantile: float | None = None) -> FloatArray:
         """Served mean -> its ``quantile`` (default: the calibrated one), per row."""
-        q = self.quantile if quantile is None else quantile
-        per_band = np.asarray(
-            [np.interp(q, self.levels, pts) for pts in self.points], dtype=np.float64
-        )
+        per_band = self._upper if quantile is None else self._quantile_per_band(quantile)
         return per_band[self.band(load)]
+
+    def at(self, load: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+        """(``mean_factor``, ``upper``) per row, banding the rows once (the serving path)."""
+        band = self.band(load)
+        return self._correction[band], self._upper[band]
 
     def factor(self, load: npt.ArrayLike) -> FloatArray:
         """Model prediction -> the served upper quantile, per row."""

@@ -17,7 +17,9 @@ import numpy.typing as npt
 from backend.predictor.calibration import column_load, meet_probability
 from backend.predictor.features import Target
 from backend.predictor.regressors import LatencyModel
-from backend.predictor.training import serve_columns
+from backend.predictor.training import predict_columns, serve_columns
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -82,16 +84,25 @@ def predict_both(store: ModelStore, pool: str, cols: Mapping[str, npt.NDArray[An
         raise ModelsNotReady(pool)
     tpot = store.get(pool, "tpot")
     n = int(np.shape(cols["input_token_length"])[0])
-    ttft_ms = np.asarray(ttft.predict("ttft", cols), dtype=np.float64)
-    tpot_ms = np.asarray(tpot.predict("tpot", cols), dtype=np.float64) if tpot else np.zeros(n)
     load = column_load(cols)
-    p90 = ttft_p90 = None
-    # The served mean times its load band's spread: no second pass over the trees.
-    if tpot is not None and tpot.model.calibration is not None:
-        p90 = tpot_ms * tpot.model.calibration.upper(load)
-    if ttft.model.calibration is not None:
-        ttft_p90 = ttft_ms * ttft.model.calibration.upper(load)
+    ttft_ms, ttft_p90 = _served(ttft.model, "ttft", cols, load)
+    if tpot is None:
+        return Predictions(ttft_ms, np.zeros(n), ttft, None, None, ttft_p90)
+    tpot_ms, p90 = _served(tpot.model, "tpot", cols, load)
     return Predictions(ttft_ms, tpot_ms, ttft, tpot, p90, ttft_p90)
+
+
+def _served(
+    model: LatencyModel, target: Target, cols: Mapping[str, npt.NDArray[Any]], load: FloatArray
+) -> tuple[FloatArray, FloatArray | None]:
+    """The served mean (``serve_columns``) and the calibrated p90 beside it (None without a
+    calibration): one pass over the trees, one banding of the rows."""
+    raw = np.asarray(predict_columns(model, target, cols), dtype=np.float64)
+    if model.calibration is None:
+        return raw, None
+    mean_factor, upper = model.calibration.at(load)
+    mean = raw * mean_factor
+    return mean, mean * upper
 
 
 def meet_both(

@@ -181,3 +181,22 @@ def test_an_artifact_calibration_from_before_the_correction_still_loads() -> Non
     cal = Calibration.from_dict(old)
     np.testing.assert_allclose(cal.mean_factor([0.0, 9.0]), [1.0, 1.0])
     np.testing.assert_allclose(cal.upper([0.0, 9.0]), [1.2, 1.5])
+
+
+def test_the_spread_comes_from_what_was_served_when_the_prediction_is_a_stand_in() -> None:
+    """A stand-in prediction recomputed by a model that trained on the rows fits them tightly;
+    the spread is then read off the served predictions (out of sample), about their median."""
+    rng = np.random.default_rng(12)
+    n = LIVE_ROWS
+    load = rng.integers(0, 10, n).astype(np.float64)
+    actual = 50.0 * np.exp(rng.normal(0.0, 0.3, n))
+    stand_in = actual * np.exp(rng.normal(0.0, 0.02, n))  # in sample: nearly exact
+    served = np.full(n, 45.0)  # what the router was told: 10 % low, the real spread around it
+    tight = calibrate(None, LiveRows(load, actual, stand_in))
+    wide = calibrate(None, LiveRows(load, actual, stand_in, served))
+    assert tight is not None and wide is not None
+    assert float(np.max(tight.upper(load))) < 1.1
+    expected = np.quantile(actual / served, 0.9) / np.median(actual / served)
+    np.testing.assert_allclose(wide.upper(load), expected, rtol=0.1)
+    # The correction still comes from the stand-in.
+    np.testing.assert_allclose(wide.correction, tight.correction)
