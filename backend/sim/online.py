@@ -77,6 +77,7 @@ class OnlinePredictor:
         gate_tolerance: float = 0.1,
         seed: int = 0,
         drift: bool = False,
+        live_calibration: bool = True,
     ) -> None:
         settings = WindowSettings()
         training = TrainingSettings()
@@ -98,6 +99,10 @@ class OnlinePredictor:
             )
         self.shift_rules = gate.ShiftRules.from_settings(training)
         self._rng = random.Random(seed)
+        # Off: the rows carry no prediction into the round, so the calibration comes from the
+        # held-out rows and the mean is served as the model predicts (as before issue 17's live
+        # calibration; the llm-d baselines, whose predictor has none).
+        self.live_calibration = live_calibration
         self._windows: dict[Target, dict[tuple[int, str | None], deque[Sample]]] = {
             t: {} for t in TARGETS
         }
@@ -158,16 +163,17 @@ class OnlinePredictor:
         )
         cols["pod_class"] = np.asarray([s[4] for s in samples], dtype=object)
         ids = np.asarray([s[3] for s in samples], dtype=np.int64)
+        live = self.live_calibration
         rows = gate.WindowRows(
             cols,
             np.asarray([s[1] for s in samples], dtype=np.float64),
             np.asarray([s[2] for s in samples], dtype=np.bool_),
             ids,
-            np.asarray([s[5] for s in samples], dtype=np.float64),
+            np.asarray([s[5] for s in samples], dtype=np.float64) if live else None,
             # As the service's trainer: TTFT rows are attributed to the version that routed
             # them by arrival order; TPOT rows arrive versions later (backend/registry/trainer.py).
             gate.served_factors(ids, column_load(cols), self._served_by[target])
-            if target == "ttft"
+            if live and target == "ttft"
             else None,
         )
         # The trainer passes its thread count to the booster but not to the QuantileDMatrix it
