@@ -27,7 +27,7 @@ from backend.capacity.models import DesiredReplicas
 from backend.capacity.signals import PoolSignals, apply
 from backend.pools.models import Pool
 from backend.predictor.features import POD_TYPE_CODES
-from backend.predictor.serving import ModelsNotReady, ModelStore, predict_both
+from backend.predictor.serving import ModelsNotReady, ModelStore, meet_both, predict_both
 from backend.routing.service import PoolPolicy
 from backend.samples import repository
 from backend.samples.models import WINDOW_FEATURES
@@ -200,9 +200,24 @@ class CapacityMonitor:
             p = predict_both(self._store, pool, columns(rows))
             return p.ttft_ms, p.tpot_ms
 
+        def meet(
+            rows: Sequence[Candidate],
+            ttft: FloatArray,
+            tpot: FloatArray,
+            ttft_slo_ms: float | None,
+            tpot_slo_ms: float | None,
+        ) -> FloatArray:
+            return meet_both(self._store, pool, columns(rows), ttft, tpot, ttft_slo_ms, tpot_slo_ms)
+
         try:
             sat = saturation(
-                [p.candidate() for p in fresh], reps, policy.policy, ttft_slo, tpot_slo, predict
+                [p.candidate() for p in fresh],
+                reps,
+                policy.policy,
+                ttft_slo,
+                tpot_slo,
+                predict,
+                meet,
             )
         except ModelsNotReady:  # the model went away between the check and the call
             return report(NO_MODEL)

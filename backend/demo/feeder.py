@@ -153,7 +153,12 @@ class ServedModels(OnlinePredictor):
         self._models: tuple[ServedModel, ServedModel | None] | None = None
 
     def add(
-        self, target: Any, row: tuple[float, ...], label_ms: float, pod_class: str | None = None
+        self,
+        target: Any,
+        row: tuple[float, ...],
+        label_ms: float,
+        pod_class: str | None = None,
+        predicted_ms: float = float("nan"),
     ) -> None:
         return None
 
@@ -180,6 +185,9 @@ class ServedModels(OnlinePredictor):
     def tpot_model(self) -> LatencyModel | None:
         tpot = self._models[1] if self._models is not None else None
         return None if tpot is None else tpot.model
+
+    def ttft_model(self) -> LatencyModel | None:
+        return None if self._models is None else self._models[0].model
 
 
 class ServedRouting(PredictedLatency):

@@ -56,6 +56,7 @@ async def predict(
         ttft_ms=float(p.ttft_ms[0]),
         tpot_ms=float(p.tpot_ms[0]),
         tpot_p90_ms=None if p.tpot_p90_ms is None else float(p.tpot_p90_ms[0]),
+        ttft_p90_ms=None if p.ttft_p90_ms is None else float(p.ttft_p90_ms[0]),
         ttft_model=ttft_ref,
         tpot_model=_ref(p.tpot),
     )
@@ -74,12 +75,16 @@ async def predict_bulk(
     p = await _predict(runtime, pool, body.requests)
     ttft_ref = _ref(p.ttft)
     assert ttft_ref is not None
-    p90 = p.tpot_p90_ms.tolist() if p.tpot_p90_ms is not None else [None] * len(p.ttft_ms)
+    none: list[float | None] = [None] * len(p.ttft_ms)
+    p90 = p.tpot_p90_ms.tolist() if p.tpot_p90_ms is not None else none
+    ttft_p90 = p.ttft_p90_ms.tolist() if p.ttft_p90_ms is not None else none
     return BulkPredictResponse(
         pool=pool,
         predictions=[
-            Prediction(ttft_ms=t, tpot_ms=d, tpot_p90_ms=q)
-            for t, d, q in zip(p.ttft_ms.tolist(), p.tpot_ms.tolist(), p90, strict=True)
+            Prediction(ttft_ms=t, tpot_ms=d, tpot_p90_ms=q, ttft_p90_ms=tq)
+            for t, d, q, tq in zip(
+                p.ttft_ms.tolist(), p.tpot_ms.tolist(), p90, ttft_p90, strict=True
+            )
         ],
         ttft_model=ttft_ref,
         tpot_model=_ref(p.tpot),

@@ -63,13 +63,21 @@ class ModelRef(BaseModel):
 
 
 class Prediction(BaseModel):
-    ttft_ms: float
-    tpot_ms: float
+    ttft_ms: float = Field(
+        description="The served mean: the model's prediction times its calibration's "
+        "correction in the row's load band (the median of actual/predicted on the newest "
+        "samples that carried a prediction; 1 while too few have)."
+    )
+    tpot_ms: float = Field(description="The served mean, corrected as ttft_ms.")
     tpot_p90_ms: float | None = Field(
         None,
-        description="Calibrated 90th percentile of the TPOT (the mean times the held-out "
-        "90th percentile of actual/predicted in the row's load band); null when the active "
-        "TPOT version has none (too few held-out rows, or no TPOT model).",
+        description="Calibrated 90th percentile of the TPOT (the mean times the 90th "
+        "percentile of actual/mean in the row's load band, on the newest samples that carried "
+        "a prediction, or on held-out rows while too few have); null when the active TPOT "
+        "version has none (too few rows, or no TPOT model).",
+    )
+    ttft_p90_ms: float | None = Field(
+        None, description="Calibrated 90th percentile of the TTFT, as tpot_p90_ms."
     )
 
 

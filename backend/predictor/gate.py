@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from backend.predictor.calibration import Calibration, LiveRows, calibrate
 from backend.predictor.evaluation import evaluate
 from backend.predictor.features import Columns, Target
 from backend.predictor.regressors import Kind, LatencyModel, LossObjective, TrainParams
@@ -283,6 +284,9 @@ class WindowRows:
     """Arrival order (the service's sample ids): what "newer" means."""
     predicted: FloatArray | None = None
     """What the router predicted for each row (NaN where it sent nothing)."""
+    served_factor: FloatArray | None = None
+    """The calibration correction each row's prediction was served with (``served_factors``);
+    None: unknown, and the active version's own prediction of the row stands in for it."""
 
 
 @dataclass(frozen=True)
@@ -378,6 +382,8 @@ def train_round(
                 from_id = active.max_id
                 use &= rows.ids > from_id
     result = _fit(target, rows, use, kind, objective, quantile, params)
+    if objective == "mean" and rows.predicted is not None:
+        _calibrate_live(result.model, rows, use, active_all)
     scored = use & rows.is_test & (labels > 0)
     fresh = newest(rows.ids[scored], active.max_id, rules.min_test)
     note = "newest " if not fresh.all() else ""
@@ -399,6 +405,57 @@ def train_round(
     if held_back:
         decision = GateDecision(decision.activate, decision.reason + held_back)
     return Round(result, decision, shift, n_out, from_id)
+
+
+def served_factors(
+    ids: npt.NDArray[np.int64],
+    load: npt.ArrayLike,
+    served_by: list[tuple[int, Calibration | None]],
+) -> FloatArray:
+    """The correction each row's prediction was served with. ``served_by`` lists, oldest first,
+    each version that was activated as (the newest row id when it was, its calibration): a row
+    newer than that id and not newer than the next one's was routed by it."""
+    factor = np.ones(ids.shape, dtype=np.float64)
+    if not served_by:
+        return factor
+    starts = np.asarray([start for start, _ in served_by], dtype=np.int64)
+    version = np.searchsorted(starts, ids, side="left") - 1
+    lo = np.asarray(load, dtype=np.float64)
+    for k, (_, cal) in enumerate(served_by):
+        rows = version == k
+        if cal is not None and rows.any():
+            factor[rows] = cal.mean_factor(lo[rows])
+    return factor
+
+
+def _calibrate_live(
+    model: LatencyModel, rows: WindowRows, use: npt.NDArray[np.bool_], active_pred: FloatArray
+) -> None:
+    """Replace the candidate's held-out calibration by one from the live rows it trained on
+    (those of the current regime, without held-back outliers), when enough were routed by a
+    prediction. The ratio fitted is each row's actual latency over the model's own prediction
+    of it: the served one with its correction undone when ``rows.served_factor`` says which,
+    else the active version's prediction of the row (backend/predictor/calibration.py)."""
+    assert rows.predicted is not None
+    order = np.argsort(rows.ids[use], kind="stable")  # newest last: ``calibrate`` keeps the tail
+    pick = np.flatnonzero(use)[order]
+    load = (
+        np.asarray(rows.cols["num_request_running"], dtype=np.float64)
+        + np.asarray(rows.cols["num_request_waiting"], dtype=np.float64)
+    )[pick]
+    served = rows.predicted[pick]
+    routed = np.isfinite(served) & (served > 0)
+    factor = rows.served_factor
+    raw = served / factor[pick] if factor is not None else active_pred[pick]
+    live = LiveRows(
+        load,
+        rows.labels[pick],
+        np.where(routed, raw, np.nan),
+        None if factor is not None else served,
+    )
+    fitted = calibrate(None, live)
+    if fitted is not None:
+        model.calibration = fitted
 
 
 def _fit(

@@ -38,7 +38,7 @@ from backend.predictor.artifacts import (
     decode_envelope,
     encode_envelope,
 )
-from backend.predictor.calibration import QuantileCalibration, row_load
+from backend.predictor.calibration import Calibration, row_load
 
 Kind = Literal["hybrid", "xgboost"]
 LossObjective = Literal["mean", "quantile"]
@@ -126,9 +126,10 @@ class LatencyModel(ABC):
         self._trees: CompiledTrees | None = None
         # Pod classes seen in training, in code order (see features.pod_class_codes).
         self.classes: tuple[str, ...] = ()
-        # The calibrated upper quantile beside a mean model (set by training when it had
-        # enough held-out rows; see backend/predictor/calibration.py).
-        self.calibration: QuantileCalibration | None = None
+        # A mean model's residual calibration: the served mean's correction and the spread
+        # around it, per load band (set by training from live or held-out rows; see
+        # backend/predictor/calibration.py). ``predict`` is the model alone.
+        self.calibration: Calibration | None = None
 
     @property
     def fitted(self) -> bool:
@@ -142,7 +143,8 @@ class LatencyModel(ABC):
         """Latency in ms per row of ``X``, float32, never negative."""
 
     def predict_upper(self, X: npt.ArrayLike) -> FloatArray | None:
-        """The calibrated upper quantile (e.g. p90) per row of ``X``; None without one."""
+        """The calibrated upper quantile (e.g. p90) per row of ``X``; None without one.
+        Relative to the model's own prediction: the band's correction times its spread."""
         if self.calibration is None:
             return None
         m = self._matrix(X)
@@ -196,7 +198,7 @@ class LatencyModel(ABC):
         model = target._empty(header)
         model.classes = tuple(header.get("classes", ()))
         calibration = header.get("calibration")
-        model.calibration = QuantileCalibration.from_dict(calibration) if calibration else None
+        model.calibration = Calibration.from_dict(calibration) if calibration else None
         booster = booster_from_bytes(payload)
         model._restore(header, booster)
         return model

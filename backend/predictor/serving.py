@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from backend.predictor.calibration import column_load
+from backend.predictor.calibration import column_load, meet_probability
 from backend.predictor.features import Target
 from backend.predictor.regressors import LatencyModel
-from backend.predictor.training import predict_columns
+from backend.predictor.training import predict_columns, serve_columns
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,8 @@ class ServedModel:
     metrics: Mapping[str, Any] = field(default_factory=dict)  # held-out, from the registry
 
     def predict(self, target: Target, cols: Mapping[str, npt.NDArray[Any]]) -> npt.NDArray[Any]:
-        return predict_columns(self.model, target, cols)
+        """The served mean: the model corrected by its calibration (``serve_columns``)."""
+        return serve_columns(self.model, target, cols)
 
 
 class ModelStore:
@@ -60,6 +63,8 @@ class Predictions:
     tpot: ServedModel | None
     tpot_p90_ms: npt.NDArray[np.float64] | None = None
     """The TPOT model's calibrated p90 per row; None when the active version has none."""
+    ttft_p90_ms: npt.NDArray[np.float64] | None = None
+    """The TTFT model's calibrated p90 per row; None when the active version has none."""
 
     @property
     def last_model_load(self) -> datetime:
@@ -79,10 +84,45 @@ def predict_both(store: ModelStore, pool: str, cols: Mapping[str, npt.NDArray[An
         raise ModelsNotReady(pool)
     tpot = store.get(pool, "tpot")
     n = int(np.shape(cols["input_token_length"])[0])
-    ttft_ms = np.asarray(ttft.predict("ttft", cols), dtype=np.float64)
-    tpot_ms = np.asarray(tpot.predict("tpot", cols), dtype=np.float64) if tpot else np.zeros(n)
-    p90 = None
-    if tpot is not None and tpot.model.calibration is not None:
-        # The mean times its load band's factor: no second pass over the trees.
-        p90 = tpot_ms * tpot.model.calibration.factor(column_load(cols))
-    return Predictions(ttft_ms, tpot_ms, ttft, tpot, p90)
+    load = column_load(cols)
+    ttft_ms, ttft_p90 = _served(ttft.model, "ttft", cols, load)
+    if tpot is None:
+        return Predictions(ttft_ms, np.zeros(n), ttft, None, None, ttft_p90)
+    tpot_ms, p90 = _served(tpot.model, "tpot", cols, load)
+    return Predictions(ttft_ms, tpot_ms, ttft, tpot, p90, ttft_p90)
+
+
+def _served(
+    model: LatencyModel, target: Target, cols: Mapping[str, npt.NDArray[Any]], load: FloatArray
+) -> tuple[FloatArray, FloatArray | None]:
+    """The served mean (``serve_columns``) and the calibrated p90 beside it (None without a
+    calibration): one pass over the trees, one banding of the rows."""
+    raw = np.asarray(predict_columns(model, target, cols), dtype=np.float64)
+    if model.calibration is None:
+        return raw, None
+    mean_factor, upper = model.calibration.at(load)
+    mean = raw * mean_factor
+    return mean, mean * upper
+
+
+def meet_both(
+    store: ModelStore,
+    pool: str,
+    cols: Mapping[str, npt.NDArray[Any]],
+    ttft_ms: npt.ArrayLike,
+    tpot_ms: npt.ArrayLike,
+    ttft_slo_ms: float | None,
+    tpot_slo_ms: float | None,
+) -> npt.NDArray[np.float64]:
+    """P(meeting both SLOs) per row whose served means are given, by the active versions'
+    residual spread (``calibration.meet_probability``; the simulator's probe runs the same)."""
+    ttft, tpot = store.get(pool, "ttft"), store.get(pool, "tpot")
+    return meet_probability(
+        column_load(cols),
+        ttft_ms,
+        tpot_ms,
+        ttft_slo_ms,
+        tpot_slo_ms,
+        ttft.model.calibration if ttft is not None else None,
+        tpot.model.calibration if tpot is not None else None,
+    )

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from backend.predictor.calibration import fit_calibration, row_load
+from backend.predictor.calibration import UPPER_QUANTILE, column_load, fit_calibration, row_load
 from backend.predictor.evaluation import Metrics, evaluate
 from backend.predictor.features import (
     Columns,
@@ -22,10 +22,7 @@ from backend.predictor.features import (
 )
 from backend.predictor.regressors import Kind, LatencyModel, LossObjective, TrainParams, make_model
 
-__all__ = ["TrainParams", "TrainResult", "train_target"]
-
-UPPER_QUANTILE = 0.9
-"""The quantile a mean model is calibrated for (``LatencyModel.predict_upper``)."""
+__all__ = ["UPPER_QUANTILE", "TrainParams", "TrainResult", "train_target"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +85,9 @@ def train_target(
         predicted = model.predict(X[test])
         metrics = evaluate(labels[test], predicted, quantile=scored_quantile)
         if objective == "mean":
-            # The calibrated p90 served beside the mean (issue 17): from the held-out rows only.
+            # The spread around the mean from the held-out rows: the fallback of a calibration
+            # from live rows, which the training round fits when the window carries enough
+            # (backend/predictor/gate.py).
             model.calibration = fit_calibration(
                 row_load(X[test], model.feature_names), labels[test], predicted, UPPER_QUANTILE
             )
@@ -112,3 +111,13 @@ def with_class_codes(cols: Columns, classes: tuple[str, ...]) -> dict[str, Any]:
 def predict_columns(model: LatencyModel, target: Target, cols: Columns) -> npt.NDArray[Any]:
     """Predict wire columns with a fitted model: pod classes by the model's own vocabulary."""
     return model.predict(feature_matrix(target, with_class_codes(cols, model.classes)))
+
+
+def serve_columns(model: LatencyModel, target: Target, cols: Columns) -> npt.NDArray[np.float64]:
+    """The mean served for wire columns: the model's prediction times its calibration's
+    correction at each row's load (the prediction alone without a calibration). What the
+    router is told, and so what the samples' ``predicted_ms`` carry back."""
+    raw = np.asarray(predict_columns(model, target, cols), dtype=np.float64)
+    if model.calibration is None:
+        return raw
+    return raw * model.calibration.mean_factor(column_load(cols))

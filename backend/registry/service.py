@@ -18,6 +18,8 @@ from sqlalchemy.orm import Session
 
 from backend.exceptions import NotFound
 from backend.pools.models import Pool
+from backend.predictor.artifacts import decode_envelope
+from backend.predictor.calibration import Calibration
 from backend.predictor.gate import Round, Shift
 from backend.predictor.live_bias import HighLoadBias, attribute, high_load_bias
 from backend.predictor.regressors import LatencyModel, load_model
@@ -147,6 +149,33 @@ def activate_version(
         }
         after_commit(session, lambda: notifier.publish(event))
     return version
+
+
+def served_calibrations(
+    session: Session, pool_id: int, target: TargetCode, since_id: int
+) -> list[tuple[int, Calibration | None]]:
+    """(newest sample id it was trained on, calibration) of every version that was activated
+    and can have routed a sample newer than ``since_id``, oldest first: what
+    ``gate.served_factors`` attributes each sample's prediction to. A version serves from its
+    training until the next one's (approximately: the rows ingested while it trained were still
+    routed by its predecessor). Only the artifacts' headers are parsed, not their trees."""
+    rows = session.execute(
+        select(ModelVersion.id, ModelVersion.window_max_id)
+        .where(
+            ModelVersion.pool_id == pool_id,
+            ModelVersion.target == int(target),
+            ModelVersion.activated_at.is_not(None),
+        )
+        .order_by(ModelVersion.window_max_id, ModelVersion.id)
+    ).all()
+    # The last version trained before ``since_id`` routed the rows right after it.
+    first = max((i for i, (_, max_id) in enumerate(rows) if max_id <= since_id), default=0)
+    out: list[tuple[int, Calibration | None]] = []
+    for version_id, max_id in rows[first:]:
+        header, _ = decode_envelope(load_artifact(session, version_id))
+        cal = header.get("calibration")
+        out.append((int(max_id), Calibration.from_dict(cal) if cal else None))
+    return out
 
 
 def load_artifact(session: Session, version_id: int) -> bytes:

@@ -6,16 +6,20 @@ Celery workers (production), with in-process or Redis locks and notifications re
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
+import numpy.typing as npt
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db import unit_of_work
 from backend.pools.models import Pool
 from backend.predictor import gate
+from backend.predictor.calibration import LIVE_ROWS, MIN_LIVE_ROWS, column_load
 from backend.predictor.features import feature_names
 from backend.predictor.regressors import TrainParams
 from backend.registry import service
@@ -110,6 +114,15 @@ class Trainer:
                 and (active.kind, active.objective) == (t.model_kind, t.objective)
                 else None
             )
+            served_by = None
+            if target == TargetCode.TTFT:
+                # Which correction each TTFT sample's prediction was served with: TTFT samples
+                # arrive within a TTFT of their prediction, so arrival order says which version
+                # routed them. (TPOT samples arrive when the decode ends, versions later; the
+                # calibration uses the active version's own predictions for them.)
+                since = live_since(window.predicted, window.ids)
+                if since is not None:
+                    served_by = service.served_calibrations(session, pool_id, target, since)
         # A model of another kind, objective or feature set cannot be scored like for like:
         # the gate then treats the target as having no comparable model.
         if active_model is not None and active_model.feature_names != feature_names(target.label):
@@ -128,11 +141,17 @@ class Trainer:
                 float(mape) if mape is not None else None,
                 active.trained_from_id,
             )
+        rows = window.rows()
+        if served_by is not None:
+            rows = dataclasses.replace(
+                rows,
+                served_factor=gate.served_factors(window.ids, column_load(window.cols), served_by),
+            )
         # No session is held while fitting: training may take seconds.
         try:
             rnd = gate.train_round(
                 target.label,
-                window.rows(),
+                rows,
                 comparable,
                 trained_through,
                 previous,
@@ -182,3 +201,13 @@ class Trainer:
                     "training pool %s %s failed; the active model stays", pool_id, target.label
                 )
         return outcomes
+
+
+def live_since(predicted: npt.NDArray[np.float64], ids: npt.NDArray[np.int64]) -> int | None:
+    """The id just before the oldest row a live calibration can use (of the newest
+    ``LIVE_ROWS`` rows with a prediction); None when fewer than ``MIN_LIVE_ROWS`` have one
+    (the calibration then comes from held-out rows and needs no versions)."""
+    routed = np.sort(ids[np.isfinite(predicted) & (predicted > 0)])
+    if routed.size < MIN_LIVE_ROWS:
+        return None
+    return int(routed[-min(LIVE_ROWS, routed.size)]) - 1

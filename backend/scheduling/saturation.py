@@ -9,7 +9,12 @@ every pod as the pods stand now, and predict TTFT and TPOT there.
 - The pool's level is the share that would miss an SLO when routed by the pool's own chain
   (the same ``schedule`` that ``/v1/schedule`` runs), so affinity, tiers and the strategy count.
 
-Both are in [0, 1]: 0 means every representative request fits, 1 that none does. Exploration of
+Both are in [0, 1]: 0 means every representative request fits, 1 that none does. A request
+counts as missing with the probability that it misses (``MeetProbability``: from the models'
+residual spread at the pod's load, ``backend.predictor.calibration.meet_probability``), not 0 or
+1 from comparing the mean prediction with the SLO: near saturation about half the requests whose
+mean just fits miss, and the 0/1 rule counted them all as meeting (optimistic by 10-17 points on
+Azure code at 1.0-1.2x saturation, docs/capacity.md). Without it, the 0/1 rule. Exploration of
 the negative tier (``epsilon_explore_neg``) is switched off here: it sends a request to a pod
 that is predicted to miss on purpose, which says nothing about capacity.
 """
@@ -44,6 +49,10 @@ class Representative:
 
 RowPredictor = Callable[[Sequence[Candidate]], tuple[FloatArray, FloatArray]]
 """(ttft_ms, tpot_ms) for every row; one call for all request x pod rows."""
+MeetProbability = Callable[
+    [Sequence[Candidate], FloatArray, FloatArray, float | None, float | None], FloatArray
+]
+"""P(meeting both SLOs) for every row, given its predicted (ttft_ms, tpot_ms) and the SLOs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +102,12 @@ def saturation(
     ttft_slo_ms: float | None,
     tpot_slo_ms: float | None,
     predict: RowPredictor,
+    meet_probability: MeetProbability | None = None,
 ) -> Saturation:
     """The pool's and each pod's saturation level. ``pods`` carry their current gauges; their
-    ``input_token_length`` and ``prefix_cache_score`` are replaced by each request's."""
+    ``input_token_length`` and ``prefix_cache_score`` are replaced by each request's. With
+    ``meet_probability`` a request misses with its probability of missing; without, by the 0/1
+    rule on the mean. The chain still routes on the means, as it does live."""
     if not pods or not requests:
         raise ValueError("saturation needs at least one pod and one representative request")
     # Sorted by prompt length so that the median and p90 requests are found by position.
@@ -114,7 +126,10 @@ def saturation(
     ttft_flat, tpot_flat = predict(rows)
     ttft = np.asarray(ttft_flat, dtype=np.float64).reshape(n_req, n_pod)
     tpot = np.asarray(tpot_flat, dtype=np.float64).reshape(n_req, n_pod)
-    meets = _meets(ttft, tpot, ttft_slo_ms, tpot_slo_ms)
+    meets = _meets(ttft, tpot, ttft_slo_ms, tpot_slo_ms).astype(np.float64)
+    if meet_probability is not None:
+        chance = meet_probability(rows, ttft_flat, tpot_flat, ttft_slo_ms, tpot_slo_ms)
+        meets = np.asarray(chance, dtype=np.float64).reshape(n_req, n_pod)
 
     mid, high = _position(n_req, 0.5), _position(n_req, 0.9)
     pod_levels = tuple(
@@ -128,7 +143,7 @@ def saturation(
     )
 
     routed = dataclasses.replace(policy, epsilon_explore_neg=0.0)
-    picked_ok = np.zeros(n_req, dtype=bool)
+    picked_ok = np.zeros(n_req, dtype=np.float64)
     headroom: dict[int, Headroom] = {}
     for i, r in enumerate(reqs):
         candidates = rows[i * n_pod : (i + 1) * n_pod]
@@ -143,7 +158,7 @@ def saturation(
         chosen = _trace(decision.candidates, decision.chosen)
         if chosen is not None and decision.admitted:
             j = next(k for k, pod in enumerate(pods) if pod.name == chosen.name)
-            picked_ok[i] = bool(meets[i, j])
+            picked_ok[i] = meets[i, j]
         if i in (mid, high):
             headroom[i] = Headroom(
                 r.prompt_tokens,

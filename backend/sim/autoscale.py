@@ -453,9 +453,12 @@ class Probe:
         router: PredictedLatency,
         profile_s: float = 60.0,
         representatives: int = 32,
+        spread: bool = True,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_s, self.representatives = profile_s, representatives
+        # False: the 0/1 rule on the mean (the level before the residual spread, for A/B).
+        self.spread = spread
 
     def representatives_at(self, now: float) -> list[Representative]:
         trace = self.sim.trace
@@ -487,6 +490,16 @@ class Probe:
         def predict(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
             return predictor.predict(columns(_rows(rows)))
 
+        def meet(
+            rows: Sequence[Candidate],
+            ttft: FloatArray,
+            tpot: FloatArray,
+            ttft_slo_ms: float | None,
+            tpot_slo_ms: float | None,
+        ) -> FloatArray:
+            cols = columns(_rows(rows))
+            return predictor.meet_probability(cols, ttft, tpot, ttft_slo_ms, tpot_slo_ms)
+
         slo = self.sim.config.slo
         sat = saturation(
             _candidates(self.sim, pods, factor),
@@ -495,6 +508,7 @@ class Probe:
             slo.ttft_ms,
             slo.tpot_ms,
             predict,
+            meet if self.spread else None,
         )
         return sat.level
 

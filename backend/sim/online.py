@@ -21,9 +21,10 @@ import numpy.typing as npt
 import xgboost as xgb
 
 from backend.predictor import gate
-from backend.predictor.calibration import column_load
-from backend.predictor.features import Target, feature_matrix
+from backend.predictor.calibration import Calibration, column_load, meet_probability
+from backend.predictor.features import Target
 from backend.predictor.regressors import Kind, LatencyModel, TrainParams, default_params
+from backend.predictor.training import serve_columns
 from backend.predictor.window import WindowSpec
 from backend.settings import TrainingSettings, WindowSettings
 
@@ -41,8 +42,8 @@ FIELDS: Final = (
 """Wire fields of a sample row, in this order (``pod_type`` as the predictor's integer code)."""
 TARGETS: Final[tuple[Target, ...]] = ("ttft", "tpot")
 
-# (row, label ms, held out, arrival number, pod class)
-Sample = tuple[tuple[float, ...], float, bool, int, str | None]
+# (row, label ms, held out, arrival number, pod class, the mean the router was served: NaN if none)
+Sample = tuple[tuple[float, ...], float, bool, int, str | None, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,8 @@ def columns(rows: npt.NDArray[np.float64]) -> dict[str, npt.NDArray[np.float64]]
 
 
 class OnlinePredictor:
+    SERVED_BY_KEPT: Final = 1000
+
     def __init__(
         self,
         *,
@@ -73,6 +76,8 @@ class OnlinePredictor:
         min_samples: int = 10,
         gate_tolerance: float = 0.1,
         seed: int = 0,
+        drift: bool = False,
+        live_calibration: bool = True,
     ) -> None:
         settings = WindowSettings()
         training = TrainingSettings()
@@ -84,8 +89,20 @@ class OnlinePredictor:
         self.rules = dataclasses.replace(
             gate.GateRules.from_settings(training), tolerance=gate_tolerance
         )
+        if not drift:
+            # The samples carry the router's predictions (for the live calibration), which would
+            # also switch on the gate's drift rules. The simulator's published figures were
+            # measured without them (its rows carried no prediction until the live
+            # calibration): ``drift=True`` runs them as the service does.
+            self.rules = dataclasses.replace(
+                self.rules, drift_factor=float("inf"), high_load_bias_limit=None
+            )
         self.shift_rules = gate.ShiftRules.from_settings(training)
         self._rng = random.Random(seed)
+        # Off: the rows carry no prediction into the round, so the calibration comes from the
+        # held-out rows and the mean is served as the model predicts (as before issue 17's live
+        # calibration; the llm-d baselines, whose predictor has none).
+        self.live_calibration = live_calibration
         self._windows: dict[Target, dict[tuple[int, str | None], deque[Sample]]] = {
             t: {} for t in TARGETS
         }
@@ -94,14 +111,25 @@ class OnlinePredictor:
         self._trained_through: dict[Target, int] = dict.fromkeys(TARGETS, 0)
         self._shift: dict[Target, gate.Shift] = {t: gate.Shift(None) for t in TARGETS}
         self._active: dict[Target, gate.Active | None] = dict.fromkeys(TARGETS, None)
+        # Per target, every activation: (newest row id then, its calibration), oldest first: which
+        # correction each sample's prediction was served with (``gate.served_factors``).
+        self._served_by: dict[Target, list[tuple[int, Calibration | None]]] = {
+            t: [] for t in TARGETS
+        }
         self.models: dict[Target, LatencyModel | None] = dict.fromkeys(TARGETS, None)
         self.history: list[FitRecord] = []
         self.failures = 0
 
     def add(
-        self, target: Target, row: tuple[float, ...], label_ms: float, pod_class: str | None = None
+        self,
+        target: Target,
+        row: tuple[float, ...],
+        label_ms: float,
+        pod_class: str | None = None,
+        predicted_ms: float = float("nan"),
     ) -> None:
-        """One observed latency; buckets are per pod class, as the service's window trims them
+        """One observed latency, with the mean the router was served for it (NaN: none, e.g.
+        routed by the fallback); buckets are per pod class, as the service's window trims them
         (a busy GPU type cannot push a rare one out)."""
         if not label_ms > 0:
             return
@@ -112,7 +140,7 @@ class OnlinePredictor:
             dq = window[key] = deque(maxlen=self.spec.cap)
         self._arrivals += 1
         test = self._rng.random() < self.test_fraction
-        dq.append((row, label_ms, test, self._arrivals, pod_class))
+        dq.append((row, label_ms, test, self._arrivals, pod_class, predicted_ms))
         self._new[target] += 1
 
     def size(self, target: Target) -> int:
@@ -135,11 +163,18 @@ class OnlinePredictor:
         )
         cols["pod_class"] = np.asarray([s[4] for s in samples], dtype=object)
         ids = np.asarray([s[3] for s in samples], dtype=np.int64)
+        live = self.live_calibration
         rows = gate.WindowRows(
             cols,
             np.asarray([s[1] for s in samples], dtype=np.float64),
             np.asarray([s[2] for s in samples], dtype=np.bool_),
             ids,
+            np.asarray([s[5] for s in samples], dtype=np.float64) if live else None,
+            # As the service's trainer: TTFT rows are attributed to the version that routed
+            # them by arrival order; TPOT rows arrive versions later (backend/registry/trainer.py).
+            gate.served_factors(ids, column_load(cols), self._served_by[target])
+            if live and target == "ttft"
+            else None,
         )
         # The trainer passes its thread count to the booster but not to the QuantileDMatrix it
         # builds first, which then takes every core: on a shared 2-core machine its OpenMP start
@@ -172,6 +207,9 @@ class OnlinePredictor:
         if decision.activate:
             self.models[target] = result.model
             self._active[target] = gate.Active(result.model, int(ids.max()), mape, rnd.from_id)
+            self._served_by[target].append((int(ids.max()), result.model.calibration))
+            # Only the versions that can have served a row still in the window are needed.
+            del self._served_by[target][: -self.SERVED_BY_KEPT]
         self.history.append(
             FitRecord(
                 now,
@@ -188,19 +226,22 @@ class OnlinePredictor:
     def predict(
         self, cols: dict[str, npt.NDArray[np.float64]]
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """(TTFT, TPOT) in ms. Raises without a TTFT model; TPOT is 0 until a TPOT model exists,
-        as the service answers for a pool that has sent no TPOT samples yet."""
+        """(TTFT, TPOT) served means in ms, as the service serves them (``serve_columns``).
+        Raises without a TTFT model; TPOT is 0 until a TPOT model exists, as the service answers
+        for a pool that has sent no TPOT samples yet."""
         ttft_model, tpot_model = self.models["ttft"], self.models["tpot"]
         if ttft_model is None:
             raise LookupError("no TTFT model yet")
-        ttft = np.asarray(ttft_model.predict(feature_matrix("ttft", cols)), dtype=np.float64)
+        ttft = serve_columns(ttft_model, "ttft", cols)
         if tpot_model is None:
             return ttft, np.zeros_like(ttft)
-        tpot = np.asarray(tpot_model.predict(feature_matrix("tpot", cols)), dtype=np.float64)
-        return ttft, tpot
+        return ttft, serve_columns(tpot_model, "tpot", cols)
 
     def tpot_model(self) -> LatencyModel | None:
         return self.models["tpot"]
+
+    def ttft_model(self) -> LatencyModel | None:
+        return self.models["ttft"]
 
     def tpot_p90(
         self, cols: dict[str, npt.NDArray[np.float64]], tpot: npt.NDArray[np.float64]
@@ -209,7 +250,27 @@ class OnlinePredictor:
         model = self.tpot_model()
         if model is None or model.calibration is None:
             return np.full(len(tpot), np.nan)
-        return tpot * model.calibration.factor(column_load(cols))
+        return tpot * model.calibration.upper(column_load(cols))
+
+    def meet_probability(
+        self,
+        cols: dict[str, npt.NDArray[np.float64]],
+        ttft: npt.NDArray[np.float64],
+        tpot: npt.NDArray[np.float64],
+        ttft_slo_ms: float | None,
+        tpot_slo_ms: float | None,
+    ) -> npt.NDArray[np.float64]:
+        """P(meeting both SLOs) for rows whose served means are ``ttft`` and ``tpot``."""
+        ttft_model, tpot_model = self.ttft_model(), self.tpot_model()
+        return meet_probability(
+            column_load(cols),
+            ttft,
+            tpot,
+            ttft_slo_ms,
+            tpot_slo_ms,
+            ttft_model.calibration if ttft_model is not None else None,
+            tpot_model.calibration if tpot_model is not None else None,
+        )
 
     def summary(self) -> dict[str, Any]:
         fits = [r for r in self.history]

@@ -108,6 +108,7 @@ def ours_config(transfer: TransferConfig, pd_selection: str = "joint") -> Predic
         pd_ttft_label="prefill",
         learn_transfer=True,
         per_class=True,
+        live_calibration=True,
     )
 
 

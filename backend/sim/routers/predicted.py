@@ -46,6 +46,9 @@ class PredictedConfig:
     latency (upstream's routing-only mode, as in its published benchmark)."""
     train_tpot: bool = True
     """The routing-only mode trains TTFT only."""
+    live_calibration: bool = False
+    """Headroom's: the served mean corrected and the p90 spread from the live residuals
+    (backend/predictor/calibration.py). Upstream serves the model's prediction as it is."""
     per_class: bool = False
     """One model per GPU class (profile) rather than one per pool: in the service, a pool per
     class. The wire features carry no GPU class, so one model averages A100 and H100 pods."""
@@ -120,7 +123,10 @@ class PredictedLatency(RoutingPolicy):
         self._class_of = [s.profile.name if self.config.per_class else "" for s in view.servers]
         for key in dict.fromkeys(self._class_of):
             self.predictors[key] = OnlinePredictor(
-                kind=self.config.kind, params=self.config.params, seed=self._seed
+                kind=self.config.kind,
+                params=self.config.params,
+                seed=self._seed,
+                live_calibration=self.config.live_calibration,
             )
         if self.config.prefix == "approx":
             caps = [s.profile.kv_capacity_tokens // UNIT_TOKENS for s in view.servers]
@@ -242,8 +248,9 @@ class PredictedLatency(RoutingPolicy):
         if row is None:
             return
         pod = route.prefill if target == "ttft" and route.prefill is not None else route.pod
-        self.predictors[self._class_of[pod]].add(target, row, ms)
         predicted = route.ttft_ms if target == "ttft" else route.tpot_ms
+        # The prediction rides with the sample, as the EPP's ``predicted_*_ms`` does.
+        self.predictors[self._class_of[pod]].add(target, row, ms, predicted_ms=predicted)
         if math.isfinite(predicted) and ms > 0:
             self._live[target].setdefault(int(now // LIVE_BIN_S), []).append(
                 abs(predicted - ms) / ms

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend.scheduling.saturation import Representative, saturation
+from backend.predictor.calibration import Calibration, fit_calibration, meet_probability
+from backend.scheduling.saturation import MeetProbability, Representative, saturation
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
 from tests.unit.scheduling.helpers import pod
 
@@ -33,6 +34,33 @@ def linear(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
     )
     tpot = np.array([8 + 0.5 * r.num_request_running + 10 * r.kv_cache_percentage for r in rows])
     return ttft, tpot
+
+
+def _spread(cal: Calibration | None) -> MeetProbability:
+    """The chance of meeting both SLOs by ``cal`` at each row's load, as the service builds it."""
+
+    def meet(
+        rows: Sequence[Candidate],
+        ttft: FloatArray,
+        tpot: FloatArray,
+        ttft_slo: float | None,
+        tpot_slo: float | None,
+    ) -> FloatArray:
+        load = [r.num_request_running + r.num_request_waiting for r in rows]
+        return meet_probability(load, ttft, tpot, ttft_slo, tpot_slo, cal, cal)
+
+    return meet
+
+
+def _one_band(log_sd: float, seed: int = 0) -> Calibration:
+    """A spread that is the same at every load: ratios log-normal with ``log_sd``."""
+    rng = np.random.default_rng(seed)
+    mean = np.full(4000, 100.0)
+    cal = fit_calibration(
+        np.zeros(4000), mean * np.exp(rng.normal(0.0, log_sd, 4000)), mean, bands=1
+    )
+    assert cal is not None
+    return cal
 
 
 def test_an_idle_pool_is_not_saturated_and_a_full_one_is() -> None:
@@ -99,6 +127,7 @@ load = st.tuples(
     ttft_slo=st.floats(50.0, 3000.0),
     tpot_slo=st.floats(9.0, 60.0),
     strategy=st.sampled_from(["least", "most"]),
+    log_sd=st.sampled_from([None, 0.0, 0.1, 0.4]),
 )
 def test_saturation_rises_monotonically_as_pods_fill(
     start: list[tuple[int, int, float, int]],
@@ -107,8 +136,13 @@ def test_saturation_rises_monotonically_as_pods_fill(
     ttft_slo: float,
     tpot_slo: float,
     strategy: str,
+    log_sd: float | None,
 ) -> None:
-    """Adding load to any pod never lowers a pod's level or the pool's."""
+    """Adding load to any pod never lowers a pod's level or the pool's: by the 0/1 rule (None)
+    and by the chance of missing with a spread that is the same at every load. (A spread that
+    widens with load can raise the chance of a pod already past its SLO as it fills: its
+    wider spread reaches further under the SLO. docs/capacity.md.)"""
+    meet = None if log_sd is None else _spread(_one_band(log_sd))
     pods = [
         pod(
             f"p{i}",
@@ -131,8 +165,40 @@ def test_saturation_rises_monotonically_as_pods_fill(
     ]
     requests = [Representative(p, 0.0) for p in prompts]
     policy = SchedulingPolicy(strategy=strategy)  # type: ignore[arg-type]
-    before = saturation(pods, requests, policy, ttft_slo, tpot_slo, linear)
-    after = saturation(fuller, requests, policy, ttft_slo, tpot_slo, linear)
+    before = saturation(pods, requests, policy, ttft_slo, tpot_slo, linear, meet)
+    after = saturation(fuller, requests, policy, ttft_slo, tpot_slo, linear, meet)
     assert after.level >= before.level
     for b, a in zip(before.pods, after.pods, strict=True):
         assert a.level >= b.level
+
+
+def test_with_no_spread_the_probability_rule_is_the_zero_one_rule() -> None:
+    pods = [
+        pod("a", num_request_running=0, num_request_waiting=0, kv_cache_percentage=0.0),
+        pod("b", num_request_running=20, num_request_waiting=10, kv_cache_percentage=0.7),
+    ]
+    exact = _one_band(0.0)
+    for ttft_slo, tpot_slo in ((300.0, 50.0), (1000.0, 20.0), (600.0, 30.0)):
+        plain = saturation(pods, REQUESTS, POLICY, ttft_slo, tpot_slo, linear)
+        spread = saturation(pods, REQUESTS, POLICY, ttft_slo, tpot_slo, linear, _spread(exact))
+        assert spread == plain
+
+
+def test_a_request_whose_mean_just_fits_counts_as_half_missing() -> None:
+    """Near the SLO the 0/1 rule counts every request whose mean fits as meeting; with a
+    symmetric spread about half of those whose mean sits at the SLO miss."""
+    a = pod("a", num_request_running=0, num_request_waiting=0, kv_cache_percentage=0.0)
+    one = [Representative(2000, 0.0)]
+    mean = 20 + 0.05 * 2000  # this request's TTFT on the idle pod
+    plain = saturation([a], one, POLICY, mean * 1.001, None, linear)
+    assert plain.level == 0.0
+    spread = saturation([a], one, POLICY, mean * 1.001, None, linear, _spread(_one_band(0.2)))
+    assert 0.4 <= spread.level <= 0.6
+    assert spread.pods[0].level == spread.level
+    # Far under the SLO it meets, far over it misses, either way.
+    assert (
+        saturation([a], one, POLICY, mean * 3, None, linear, _spread(_one_band(0.2))).level < 0.01
+    )
+    assert (
+        saturation([a], one, POLICY, mean / 3, None, linear, _spread(_one_band(0.2))).level > 0.99
+    )

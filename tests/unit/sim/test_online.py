@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from backend.predictor.features import feature_matrix
 from backend.predictor.window import WindowSpec
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
@@ -46,3 +47,42 @@ def test_a_burst_of_outliers_does_not_take_the_simulated_model() -> None:
     # Whatever is active now learnt from ordinary rows only: it still predicts the pods.
     ttft, _ = p.predict(cols)
     assert float(np.median(ttft / probe["actual_ttft_ms"])) < 1.5
+
+
+def _routed(p: OnlinePredictor, n: int, seed: int, optimism: float) -> None:
+    """TTFT samples routed by the current model, whose served prediction was ``optimism``
+    times too low (a router's winner's curse): the label is the truth, the prediction low."""
+    rows = sample_rows(n, np.random.default_rng(seed), PROFILE)
+    wire = {**rows, "pod_type": np.zeros(n)}
+    cols = {f: np.asarray(wire[f], dtype=np.float64) for f in FIELDS}
+    served, _ = p.predict(cols)
+    actual = served / optimism  # what the pods did, against what the router was told
+    for i in range(n):
+        row = tuple(float(wire[f][i]) for f in FIELDS)
+        p.add("ttft", row, float(actual[i]), predicted_ms=float(served[i]))
+
+
+def test_live_rows_correct_the_served_mean_and_without_them_nothing_changes() -> None:
+    for live in (True, False):
+        p = OnlinePredictor(test_fraction=0.2, live_calibration=live)
+        _feed(p, 1500, seed=0)
+        p.retrain(now=10.0)
+        model = p.models["ttft"]
+        assert model is not None and model.calibration is not None
+        assert model.calibration.source == "held_out"
+        _routed(p, 1500, seed=1, optimism=0.8)
+        p.retrain(now=20.0)
+        model = p.models["ttft"]
+        assert model is not None and model.calibration is not None
+        probe = sample_rows(200, np.random.default_rng(9), PROFILE)
+        cols = {f: np.asarray(probe[f], dtype=np.float64) for f in FIELDS if f != "pod_type"}
+        cols["pod_type"] = np.zeros(200)
+        ttft, _ = p.predict(cols)
+        raw = model.predict(feature_matrix("ttft", cols))
+        ratio = float(np.median(ttft / raw))
+        if live:
+            # The served predictions were 20 % low: the served mean is raised to meet them.
+            assert model.calibration.source == "live"
+            assert 1.1 < ratio < 1.4
+        else:
+            assert model.calibration.source == "held_out" and ratio == 1.0
