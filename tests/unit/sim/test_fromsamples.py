@@ -146,3 +146,29 @@ def test_desired_replicas_is_minimal_on_a_toy_workload() -> None:
         below = simulate(w.trace, d.replicas - 1, pod, "least-request", DEFAULT_SLO)
         assert below.slo_attainment < 0.9
     assert np.all(np.diff([d.evaluated[n] for n in sorted(d.evaluated)]) >= -0.02)
+
+
+def test_calibration_recovers_known_prefill_and_decode_scales() -> None:
+    """Samples from a pod whose prefill runs 1.6x and decode 0.7x the profile's cost: one factor
+    for both fits neither; the split calibration finds each, and reports the error per target."""
+    t = load_trace("azure-conv").scaled(1.0).window(0.0, 60.0)
+    _, observations = record(
+        t, 2, "a100-llama3-8b", "least-request", DEFAULT_SLO, prefill_scale=1.6, decode_scale=0.7
+    )
+    w = build_workload(rows_from_observations(observations))
+    profiles = ["a100-llama3-8b"]
+    joint = calibrate(
+        w, "least-request", DEFAULT_SLO, profiles=profiles, steps=5, seed=7, mode="joint"
+    )
+    split = calibrate(
+        w, "least-request", DEFAULT_SLO, profiles=profiles, steps=5, seed=7, mode="split"
+    )
+    assert joint.pod.prefill_scale == joint.pod.decode_scale
+    assert split.pod.prefill_scale == pytest.approx(1.6, rel=0.2)
+    assert split.pod.decode_scale == pytest.approx(0.7, rel=0.1)
+    # Each target's error is reported and the split fit is better on both.
+    assert split.tpot_error < 0.05 and split.ttft_error < 0.1
+    assert split.tpot_error < joint.tpot_error and split.error < joint.error
+    summary = split.summary()
+    assert set(summary) >= {"prefill_scale", "decode_scale", "ttft_error", "tpot_error"}
+    assert summary["simulations"] == len(split.tried) > len(joint.tried)
