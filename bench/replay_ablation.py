@@ -8,6 +8,8 @@ original's + 1000), on:
 * ``original``: the original requests themselves, on the true pod (the seed-to-seed noise
   floor: no replay error at all);
 * ``replay``: the replay on the true pod (the reconstruction's error, no calibration);
+* ``replay, prefix donors: recent``: cached blocks chained to the most recent request long
+  enough (the replay's rule before), not to one that was itself a hit;
 * ``replay +true arrivals`` / ``+true outputs`` / ``+true prefixes``: the replay with one part
   put back from the original run (matched by request), on the true pod;
 * ``replay, no step noise``: the true pod without its per-iteration noise;
@@ -174,6 +176,13 @@ def main() -> None:
             row("original", run(trace, pods, true_pod, args.policy, slo, other, spread_ties=True))
             replay = workload.trace
             row("replay", run(replay, pods, true_pod, args.policy, slo, other))
+            recent = build_workload(
+                rows_from_observations(observations), seed=seed + 1, donors="recent"
+            ).trace
+            row(
+                "replay, prefix donors: recent",
+                run(recent, pods, true_pod, args.policy, slo, other),
+            )
             row(
                 "replay, no step noise",
                 run(replay, pods, true_pod, args.policy, slo, other, step_noise=False),
