@@ -90,6 +90,22 @@ def test_without_a_group_cached_blocks_chain_to_a_recent_request() -> None:
     assert not set(units[0]) & set(units[1])
 
 
+def test_cached_blocks_join_a_prefix_that_was_itself_reused() -> None:
+    """A hit says its prefix was reused: the next hit joins that prefix's family rather than
+    the most recent request, which had missed (a new family each time splits a popular
+    system prompt into many)."""
+    three = 3 * UNIT_TOKENS
+    rows = [*_request(1.0, 50.0, three, 2), *_request(2.0, 50.0, three, 2, score=2 / 3)]
+    rows += _request(3.0, 50.0, three, 2)  # a miss: nothing of it was cached
+    rows += _request(4.0, 50.0, 2 * UNIT_TOKENS, 2, score=1.0)
+    first, reused, missed, follow = build_workload(rows).trace.all_units()
+    assert reused[:2] == first[:2] and follow == first[:2]
+    assert not set(missed) & set(first)
+    # The rule before: chained to the most recent request long enough, the one that missed.
+    before = build_workload(rows, donors="recent").trace.all_units()
+    assert before[3] == before[2][:2]
+
+
 def test_no_ttft_sample_is_refused() -> None:
     with pytest.raises(ValueError, match="nothing to replay"):
         build_workload([SampleRow("tpot", 1.0, 20.0, 10, 0.0, "p0")])
