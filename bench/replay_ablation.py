@@ -13,8 +13,9 @@ original's + 1000), on:
 * ``replay +true arrivals`` / ``+true outputs`` / ``+true prefixes``: the replay with one part
   put back from the original run (matched by request), on the true pod;
 * ``replay, no step noise``: the true pod without its per-iteration noise;
-* ``replay, calibrated``: the pod the samples calibrate to, one factor (``joint``) or prefill
-  and decode apart (``split``), with its per-target error;
+* ``replay, calibrated``: the pod the samples calibrate to: one factor by the coarse search
+  alone (``coarse``, the calibration before), with the fine search (``joint``), or prefill and
+  decode apart (``split``, the default), with its per-target error;
 * ``replay, pods seen``: the replay on the number of pods the samples name (when fewer than the
   pool's).
 
@@ -38,6 +39,7 @@ from _common import machine
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.fromsamples import (
+    REFINE_STEPS,
     PodModel,
     Workload,
     build_workload,
@@ -202,9 +204,20 @@ def main() -> None:
                 )
             calibrations: dict[str, Any] = {}
             if not args.no_calibration:
-                for mode in ("joint", "split"):
+                # "coarse": the calibration before (one factor, the coarse search only).
+                for mode, refine in (
+                    ("coarse", 0),
+                    ("joint", REFINE_STEPS),
+                    ("split", REFINE_STEPS),
+                ):
                     cal = calibrate(
-                        workload, args.policy, slo, steps=args.steps, seed=other, mode=mode
+                        workload,
+                        args.policy,
+                        slo,
+                        steps=args.steps,
+                        seed=other,
+                        mode="split" if mode == "split" else "joint",
+                        refine_steps=refine,
                     )
                     calibrations[mode] = cal.summary()
                     row(
