@@ -458,16 +458,22 @@ def calibrate(
             at = math.log(getattr(pod, part))
 
             def one(x: float, part: str = part, pod: PodModel = pod) -> _Fit:
-                return fit(replace(pod, **{part: math.exp(x)}))
+                return fit(_with_factor(pod, part, math.exp(x)))
 
             wide = math.log(SPLIT_SPAN)
             # Two more steps than the fine search: a wider bracket, the same resolution.
             x_part, _ = _golden(one, at - wide, at + wide, refine_steps + 2, objective)
-            pod = replace(pod, **{part: math.exp(x_part)})
+            pod = _with_factor(pod, part, math.exp(x_part))
         g = fit(pod)
         if g.total < chosen.error:
             chosen = Calibration(pod, g.total, g.ttft, g.tpot)
     return replace(chosen, tried=tried)
+
+
+def _with_factor(pod: PodModel, part: str, value: float) -> PodModel:
+    if part == "decode_scale":
+        return replace(pod, decode_scale=value)
+    return replace(pod, prefill_scale=value)
 
 
 def _total(f: _Fit) -> float:
