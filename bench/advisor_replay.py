@@ -6,7 +6,8 @@
    new pool gets it), and the samples an EPP would post are collected
    (``backend.sim.fromsamples.record``).
 2. **The replay.** From those samples alone: the workload (``build_workload``), the calibrated
-   pod (``calibrate``, desired replicas' steps and router), the advisor's parts
+   pod (``calibrate``, desired replicas' coarse steps, routed by the policy that recorded the
+   samples unless ``--calibrate-with desired-router``), the advisor's parts
    (``backend.advisor.workloads.replay_workload``, as ``pool-replay`` builds them).
 3. **The advice** on the replay (``backend.advisor.search.advise``).
 4. **The same policies on the original run.** Every ranked candidate runs again on the
@@ -51,6 +52,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--survivors", type=int, default=3)
     parser.add_argument("--finalists", type=int, default=2)
+    parser.add_argument(
+        "--calibrate-with",
+        choices=("recording", "desired-router"),
+        default="recording",
+        help="route the calibration as the recorded pool did (its policy), or with desired "
+        "replicas' router (llm-d-322; what the advisor used before)",
+    )
+    parser.add_argument(
+        "--calibration", choices=("split", "joint"), default="split", help="cost factors"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     budget = Budget(args.requests, args.seeds, args.survivors, args.finalists)
@@ -65,8 +76,8 @@ def main() -> None:
     _, observations = record(original, suite.pods, suite.gpu, OURS, slo)
 
     replay = build_workload(rows_from_observations(observations))
-    router = CapacitySettings().desired_router
-    cal = calibrate(replay, router, slo, steps=CALIBRATION_STEPS)
+    router = OURS if args.calibrate_with == "recording" else CapacitySettings().desired_router
+    cal = calibrate(replay, router, slo, steps=CALIBRATION_STEPS, mode=args.calibration)
     workload = replay_workload(replay, cal, slo, budget)
     advice = advise(workload, active, budget, lambda f, m: print(f"[{f:.0%}] {m}", file=sys.stderr))
 
@@ -107,6 +118,7 @@ def main() -> None:
     by_original = sorted(range(len(rows)), key=lambda i: -rows[i]["original"]["mean"])
     out: dict[str, Any] = {
         "scale": f"reduced: {budget.requests} requests per part, {budget.seeds} held-out parts",
+        "calibrated_with": {"router": router, "mode": args.calibration},
         "suite": args.suite,
         "load": load,
         "pods": suite.pods,

@@ -139,17 +139,19 @@ def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: 
         label=(
             f"this pool's own traffic: a replay of its last {n} requests "
             f"({replay.drawn_outputs} of {n} output lengths drawn, not paired), "
-            f"{pods} pods seen, simulated as {cal.pod.profile} x{cal.pod.scale:.2f} "
+            f"{pods} pods seen, simulated as {cal.pod.profile} (prefill x"
+            f"{cal.pod.prefill_scale:.2f}, decode x{cal.pod.decode_scale:.2f}) "
             f"(calibration error {error}), at the recorded rate"
         ),
         parts=parts,
         pool=build_pool(pods, cal.pod.profile),
         slo=slo,
         load=1.0,
-        # The calibrated pod: every iteration's cost scaled; arrivals from samples are exact.
+        # The calibrated pod: the prefill and decode shares of every iteration's cost scaled;
+        # arrivals from samples are exact.
         sim_options={
-            "prefill_scale": cal.pod.scale,
-            "decode_scale": cal.pod.scale,
+            "prefill_scale": cal.pod.prefill_scale,
+            "decode_scale": cal.pod.decode_scale,
             "spread_ties": False,
         },
         details={**replay.summary(), "calibration": cal.summary()},

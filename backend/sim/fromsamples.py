@@ -16,9 +16,10 @@ What the wire gives and how each part of the workload is read from it:
   gets a length drawn from the paired lengths (``Workload.drawn_outputs`` counts them).
 * **Prefix reuse**: the prefix score says how much of the prompt was cached where it ran. With
   a ``prefix_group`` (a session or shared-system-prompt id a client may send) a request's
-  cached blocks are its group's previous prompt's leading blocks; without one, those of the
-  most recent earlier request long enough to hold them (a conversation-like chain; the reuse
-  *amount* is kept, its *structure* is a guess).
+  cached blocks are its group's previous prompt's leading blocks; without one, those of an
+  earlier request: the most recent whose own leading blocks were a hit at least that long,
+  else the most recent long enough (``_prefix_blocks``; the reuse *amount* is kept, its
+  *structure* is a guess).
 * **Pods**: the pod names and classes seen.
 """
 
@@ -28,7 +29,7 @@ import math
 from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from backend.sim.pool import build_pool
 from backend.sim.replay import Observation, Recorder
 from backend.sim.report import summarize
 from backend.sim.routers import make_policy
+from backend.sim.routers.base import RoutingPolicy
 from backend.sim.traces.loader import UNIT_TOKENS, Trace
 from backend.sim.view import Slo
 
@@ -48,6 +50,15 @@ _CHAIN_LOOKBACK: Final = 256
 DEFAULT_OUTPUT_TOKENS: Final = 128
 """Output length given to every request when no TTFT sample could be paired at all."""
 QUANTILES: Final = tuple(np.linspace(0.1, 0.9, 9))
+Router = str | Callable[[TransferConfig, int], RoutingPolicy]
+"""A simulator policy name, or (fabric, seed) -> a fresh policy (a policy with options, such as
+the pool's active one as the advisor runs it)."""
+
+
+def _router(policy: Router, fabric: TransferConfig, seed: int) -> RoutingPolicy:
+    return make_policy(policy, fabric, seed) if isinstance(policy, str) else policy(fabric, seed)
+
+
 """Where simulated and observed latency distributions are compared."""
 
 
@@ -113,19 +124,35 @@ def rows_from_observations(observations: Sequence[Observation]) -> list[SampleRo
 
 
 def record(
-    trace: Trace, pods: int, gpu: str, policy: str, slo: Slo, seed: int = 0
+    trace: Trace,
+    pods: int,
+    gpu: str,
+    policy: str,
+    slo: Slo,
+    seed: int = 0,
+    *,
+    prefill_scale: float = 1.0,
+    decode_scale: float = 1.0,
 ) -> tuple[SimResult, list[Observation]]:
-    """Run ``trace`` on ``pods`` pods of ``gpu`` routed by ``policy``: the outcome, and the
-    samples an EPP would have posted meanwhile (the loop check's and the benchmarks' source)."""
+    """Run ``trace`` on ``pods`` pods of ``gpu`` (its step costs scaled by the two factors)
+    routed by ``policy``: the outcome, and the samples an EPP would have posted meanwhile (the
+    loop check's and the benchmarks' source)."""
     fabric = TransferConfig(kv_bytes_per_token=load_profile(gpu).kv_bytes_per_token)
     recorder = Recorder(make_policy(policy, fabric, seed))
-    config = SimConfig(slo, seed=seed, transfer=fabric)
+    config = SimConfig(
+        slo,
+        seed=seed,
+        transfer=fabric,
+        prefill_scale=prefill_scale,
+        decode_scale=decode_scale,
+    )
     result = Simulation(trace, build_pool(pods, gpu), recorder, config).run()
     return result, recorder.take()
 
 
-def build_workload(rows: Sequence[SampleRow], seed: int = 0) -> Workload:
-    """The requests the samples describe, as a replayable trace (see the module doc)."""
+def build_workload(rows: Sequence[SampleRow], seed: int = 0, donors: Donors = "reused") -> Workload:
+    """The requests the samples describe, as a replayable trace (see the module doc;
+    ``donors``: how cached blocks are chained without a group, see ``_prefix_blocks``)."""
     ttft = sorted((r for r in rows if r.target == "ttft"), key=lambda r: r.time_s)
     tpot = sorted((r for r in rows if r.target == "tpot"), key=lambda r: r.time_s)
     if not ttft:
@@ -152,7 +179,7 @@ def build_workload(rows: Sequence[SampleRow], seed: int = 0) -> Workload:
     arrival = arrival[order] - arrival[order][0]
     reqs = [ttft[i] for i in order]
     outputs = outputs[order]
-    ids, offsets, grouped = _prefix_blocks(reqs)
+    ids, offsets, grouped = _prefix_blocks(reqs, donors)
     trace = Trace(
         name="samples",
         arrival_s=arrival.astype(np.float64),
@@ -188,10 +215,27 @@ def _pair(
     outputs[i] = 1 + max(1, round(gap_ms / t.latency_ms))
 
 
-def _prefix_blocks(reqs: Sequence[SampleRow]) -> tuple[np.ndarray, np.ndarray, int]:
-    """Block ids per request: cached leading blocks shared with a donor, the rest fresh."""
+Donors = Literal["reused", "recent"]
+
+
+def _prefix_blocks(
+    reqs: Sequence[SampleRow], donors: Donors = "reused"
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Block ids per request: cached leading blocks shared with a donor, the rest fresh.
+
+    Without a group, the donor is an earlier request (of the last ``_CHAIN_LOOKBACK``) whose
+    prompt is long enough. ``donors="reused"`` prefers the most recent one whose own leading
+    blocks were themselves a cache hit at least that long, and only then the most recent one
+    long enough (``"recent"``: always the latter). A hit says the prefix was cached on the pod
+    that served it, so something reused it; a prefix that is reused (a shared system prompt, a
+    conversation's history) tends to be reused again. Chaining to the most recent request
+    instead starts a new prefix family whenever that request had missed, which splits one
+    popular prefix into many: on the Azure code trace (32 tenants' system prompts) that
+    replay found 7 points less SLO attainment than the true prefixes give (docs/benchmarks.md,
+    "Replay fidelity")."""
     fresh = iter(range(1 << 62))
     blocks: list[list[int]] = []
+    hit: list[int] = []  # leading blocks each request shares with its donor
     last_of_group: dict[str, int] = {}
     grouped = 0
     for i, r in enumerate(reqs):
@@ -202,11 +246,19 @@ def _prefix_blocks(reqs: Sequence[SampleRow]) -> tuple[np.ndarray, np.ndarray, i
             donor = blocks[last_of_group[r.prefix_group]]
             grouped += 1
         elif shared:
+            long_enough: int | None = None
             for j in range(i - 1, max(-1, i - 1 - _CHAIN_LOOKBACK), -1):
-                if len(blocks[j]) >= shared:
+                if len(blocks[j]) < shared:
+                    continue
+                if long_enough is None:
+                    long_enough = j
+                if donors == "recent" or hit[j] >= shared:
                     donor = blocks[j]
                     break
+            else:
+                donor = blocks[long_enough] if long_enough is not None else []
         head = donor[:shared]
+        hit.append(len(head))
         blocks.append(head + [next(fresh) for _ in range(n - len(head))])
         if r.prefix_group is not None:
             last_of_group[r.prefix_group] = i
@@ -220,10 +272,18 @@ def _prefix_blocks(reqs: Sequence[SampleRow]) -> tuple[np.ndarray, np.ndarray, i
 
 @dataclass(frozen=True)
 class PodModel:
-    """The simulated pod: a shipped GPU profile and a factor on every iteration's cost."""
+    """The simulated pod: a shipped GPU profile and factors on the prefill and the decode share
+    of every iteration's cost (``backend.sim.cost.StepCost``)."""
 
     profile: str
-    scale: float = 1.0
+    prefill_scale: float = 1.0
+    decode_scale: float = 1.0
+
+    @property
+    def scale(self) -> float:
+        """One number for both factors (their geometric mean): what displays and the stored
+        desired-replicas row show; equal to each when they are equal."""
+        return math.sqrt(self.prefill_scale * self.decode_scale)
 
 
 @dataclass(frozen=True)
@@ -234,7 +294,7 @@ class RunResult:
 
 
 def simulate(
-    trace: Trace, pods: int, pod: PodModel, policy: str, slo: Slo, seed: int = 0
+    trace: Trace, pods: int, pod: PodModel, policy: Router, slo: Slo, seed: int = 0
 ) -> RunResult:
     """``trace`` on ``pods`` pods of ``pod``, routed by the simulator policy ``policy``."""
     specs = build_pool(pods, pod.profile)
@@ -242,13 +302,13 @@ def simulate(
     sim = Simulation(
         trace,
         specs,
-        make_policy(policy, fabric, seed),
+        _router(policy, fabric, seed),
         SimConfig(
             slo,
             seed=seed,
             transfer=fabric,
-            prefill_scale=pod.scale,
-            decode_scale=pod.scale,
+            prefill_scale=pod.prefill_scale,
+            decode_scale=pod.decode_scale,
             spread_ties=False,  # arrivals from samples are exact
         ),
     )
@@ -278,6 +338,8 @@ class Calibration:
         return {
             "profile": self.pod.profile,
             "scale": round(self.pod.scale, 3),
+            "prefill_scale": round(self.pod.prefill_scale, 3),
+            "decode_scale": round(self.pod.decode_scale, 3),
             "error": round(self.error, 4),
             "ttft_error": round(self.ttft_error, 4),
             "tpot_error": round(self.tpot_error, 4),
@@ -285,67 +347,164 @@ class Calibration:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    total: float
+    ttft: float
+    tpot: float
+
+
+_FAILED: Final = _Fit(math.inf, math.inf, math.inf)
+REFINE_SPAN: Final = 1.25
+"""The fine search of the joint factor looks within x or / this of the coarse pick."""
+SPLIT_SPAN: Final = 2.0
+"""The prefill and decode factors are each searched within x or / this of the joint one."""
+REFINE_STEPS: Final = 6
+"""Golden-section steps of each fine search: a bracket of 1.25^2 narrows to about +-1 %. The
+error is sharp around the pool's true cost at high load (5 % too fast a pod moves SLO
+attainment by 10 points on Mooncake at load 1), so the coarse search alone is not enough."""
+
+
 def calibrate(
     workload: Workload,
-    policy: str,
+    policy: Router,
     slo: Slo,
     *,
     profiles: Sequence[str] | None = None,
     scale_range: tuple[float, float] = (0.4, 2.5),
     steps: int = 6,
+    refine_steps: int = REFINE_STEPS,
     seed: int = 0,
+    mode: str = "split",
 ) -> Calibration:
-    """The shipped profile and cost factor whose simulation of ``workload`` on the pool's pod
-    count best reproduces the observed TTFT and TPOT distributions.
+    """The shipped profile and cost factors whose simulation of ``workload`` on the pool's pod
+    count best reproduces the observed TTFT and TPOT distributions (``distribution_error``:
+    deciles, not means).
 
-    Per profile a golden-section search on log(scale) over ``scale_range`` (``steps``
-    evaluations after the first two): the error is close to unimodal in the scale, since a
-    slower pod shifts every latency up. The profile with the lowest error wins."""
+    1. **Coarse**, per profile: one factor on every iteration's cost, a golden-section search on
+       log(scale) over ``scale_range`` (``steps`` evaluations after the first two), on the mean
+       of the two errors (close to unimodal: a slower pod shifts every latency up). The best
+       profile wins.
+    2. **Fine** (``refine_steps`` > 0): the same factor again within ``REFINE_SPAN`` of it.
+    3. ``mode="split"``: the decode factor alone against the TPOT error, then the prefill
+       factor alone against the TTFT error, then the decode factor again (the prefill factor
+       moves TPOT too: a step that carries a prefill chunk slows every decode in it), each
+       within ``SPLIT_SPAN`` of the joint factor. A TPOT is mostly decode iterations, a TTFT
+       mostly prefill: one factor for both fits neither when the pool's prefill and decode
+       speeds are off the profile's by different amounts. Kept only if its mean error is below
+       the joint one's.
+
+    ``policy`` should route as the pool did while the samples were taken: the latencies depend
+    on the routing, and a calibration under another router folds the difference into the cost
+    factors. ``Calibration.ttft_error`` and ``tpot_error`` report the fit per target."""
+    if mode not in ("joint", "split"):
+        raise ValueError("mode is 'joint' or 'split'")
     pods = max(1, len(workload.pods))
     tried: list[dict[str, float | str]] = []
-    best: Calibration | None = None
-    for profile in profiles or available_profiles():
+    seen: dict[tuple[str, float, float], _Fit] = {}
 
-        def error(log_scale: float, profile: str = profile) -> tuple[float, float, float]:
-            try:
-                run = simulate(
-                    workload.trace, pods, PodModel(profile, math.exp(log_scale)), policy, slo, seed
-                )
-            except (RuntimeError, MemoryError):
-                # The profile's KV cache cannot hold the workload's longest requests.
-                tried.append({"profile": profile, "scale": math.exp(log_scale), "error": math.inf})
-                return math.inf, math.inf, math.inf
+    def fit(pod: PodModel) -> _Fit:
+        key = (pod.profile, round(pod.prefill_scale, 6), round(pod.decode_scale, 6))
+        if key in seen:
+            return seen[key]
+        try:
+            run = simulate(workload.trace, pods, pod, policy, slo, seed)
+        except (RuntimeError, MemoryError):
+            # The profile's KV cache cannot hold the workload's longest requests.
+            result = _FAILED
+        else:
             e_ttft = distribution_error(run.ttft_ms, workload.observed_ttft_ms)
             e_tpot = distribution_error(run.tpot_ms, workload.observed_tpot_ms)
             both = [e for e in (e_ttft, e_tpot) if math.isfinite(e)]
-            total = float(np.mean(both)) if both else math.inf
-            tried.append(
-                {"profile": profile, "scale": round(math.exp(log_scale), 4), "error": total}
-            )
-            return total, e_ttft, e_tpot
-
-        log_scale, (total, e_ttft, e_tpot) = _golden(
-            error, math.log(scale_range[0]), math.log(scale_range[1]), steps
+            result = _Fit(float(np.mean(both)) if both else math.inf, e_ttft, e_tpot)
+        seen[key] = result
+        tried.append(
+            {
+                "profile": pod.profile,
+                "prefill_scale": round(pod.prefill_scale, 4),
+                "decode_scale": round(pod.decode_scale, 4),
+                "error": result.total,
+                "ttft_error": result.ttft,
+                "tpot_error": result.tpot,
+            }
         )
-        if best is None or total < best.error:
-            best = Calibration(PodModel(profile, math.exp(log_scale)), total, e_ttft, e_tpot)
+        return result
+
+    def joint(profile: str) -> Callable[[float], _Fit]:
+        return lambda x: fit(PodModel(profile, math.exp(x), math.exp(x)))
+
+    best: tuple[str, float, _Fit] | None = None
+    lo, hi = math.log(scale_range[0]), math.log(scale_range[1])
+    for profile in profiles or available_profiles():
+        x, f = _golden(joint(profile), lo, hi, steps, _total)
+        if best is None or f.total < best[2].total:
+            best = (profile, x, f)
     assert best is not None
-    return replace(best, tried=tried)
+    profile, x, f = best
+    span = math.log(REFINE_SPAN)
+    if refine_steps > 0 and math.isfinite(f.total):
+        x, f = min(
+            [(x, f), _golden(joint(profile), x - span, x + span, refine_steps, _total)],
+            key=lambda p: p[1].total,
+        )
+    pod = PodModel(profile, math.exp(x), math.exp(x))
+    chosen = Calibration(pod, f.total, f.ttft, f.tpot)
+    if mode == "split" and math.isfinite(f.total):
+        for part, objective in (
+            ("decode_scale", _tpot),
+            ("prefill_scale", _ttft),
+            ("decode_scale", _tpot),
+        ):
+            at = math.log(getattr(pod, part))
+
+            def one(x: float, part: str = part, pod: PodModel = pod) -> _Fit:
+                return fit(_with_factor(pod, part, math.exp(x)))
+
+            wide = math.log(SPLIT_SPAN)
+            # Two more steps than the fine search: a wider bracket, the same resolution.
+            x_part, _ = _golden(one, at - wide, at + wide, refine_steps + 2, objective)
+            pod = _with_factor(pod, part, math.exp(x_part))
+        g = fit(pod)
+        if g.total < chosen.error:
+            chosen = Calibration(pod, g.total, g.ttft, g.tpot)
+    return replace(chosen, tried=tried)
+
+
+def _with_factor(pod: PodModel, part: str, value: float) -> PodModel:
+    if part == "decode_scale":
+        return replace(pod, decode_scale=value)
+    return replace(pod, prefill_scale=value)
+
+
+def _total(f: _Fit) -> float:
+    return f.total
+
+
+def _ttft(f: _Fit) -> float:
+    return f.ttft
+
+
+def _tpot(f: _Fit) -> float:
+    return f.tpot
 
 
 _PHI: Final = (math.sqrt(5) - 1) / 2
 
 
 def _golden(
-    f: Callable[[float], tuple[float, float, float]], lo: float, hi: float, steps: int
-) -> tuple[float, tuple[float, float, float]]:
-    """Golden-section minimum of ``f(x)[0]`` on [lo, hi]: the best point evaluated."""
+    f: Callable[[float], _Fit],
+    lo: float,
+    hi: float,
+    steps: int,
+    objective: Callable[[_Fit], float],
+) -> tuple[float, _Fit]:
+    """Golden-section minimum of ``objective(f(x))`` on [lo, hi]: the best point evaluated."""
     a, b = lo, hi
     c, d = b - _PHI * (b - a), a + _PHI * (b - a)
     fc, fd = f(c), f(d)
     seen = [(c, fc), (d, fd)]
     for _ in range(steps):
-        if fc[0] <= fd[0]:
+        if objective(fc) <= objective(fd):
             b, d, fd = d, c, fc
             c = b - _PHI * (b - a)
             fc = f(c)
@@ -355,7 +514,7 @@ def _golden(
             d = a + _PHI * (b - a)
             fd = f(d)
             seen.append((d, fd))
-    return min(seen, key=lambda p: p[1][0])
+    return min(seen, key=lambda p: objective(p[1]))
 
 
 # --- desired replicas -----------------------------------------------------------------------

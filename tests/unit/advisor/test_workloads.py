@@ -58,7 +58,9 @@ def test_a_replay_of_a_simulated_pool_runs_every_part_to_its_end() -> None:
     workload = replay_workload(replay, cal, slo, budget)
     assert workload.source == "pool-replay" and len(workload.pool) == suite.pods
     assert workload.label.startswith("this pool's own traffic")
-    assert workload.sim_options["prefill_scale"] == cal.pod.scale
+    # The calibrated pod's two factors, each where it belongs.
+    assert workload.sim_options["prefill_scale"] == cal.pod.prefill_scale
+    assert workload.sim_options["decode_scale"] == cal.pod.decode_scale
     most = next(
         c for c in candidates(PolicySpec()) if "most, TTFT/TPOT 1/0, affinity as" in c.label
     )

@@ -90,6 +90,22 @@ def test_without_a_group_cached_blocks_chain_to_a_recent_request() -> None:
     assert not set(units[0]) & set(units[1])
 
 
+def test_cached_blocks_join_a_prefix_that_was_itself_reused() -> None:
+    """A hit says its prefix was reused: the next hit joins that prefix's family rather than
+    the most recent request, which had missed (a new family each time splits a popular
+    system prompt into many)."""
+    three = 3 * UNIT_TOKENS
+    rows = [*_request(1.0, 50.0, three, 2), *_request(2.0, 50.0, three, 2, score=2 / 3)]
+    rows += _request(3.0, 50.0, three, 2)  # a miss: nothing of it was cached
+    rows += _request(4.0, 50.0, 2 * UNIT_TOKENS, 2, score=1.0)
+    first, reused, missed, follow = build_workload(rows).trace.all_units()
+    assert reused[:2] == first[:2] and follow == first[:2]
+    assert not set(missed) & set(first)
+    # The rule before: chained to the most recent request long enough, the one that missed.
+    before = build_workload(rows, donors="recent").trace.all_units()
+    assert before[3] == before[2][:2]
+
+
 def test_no_ttft_sample_is_refused() -> None:
     with pytest.raises(ValueError, match="nothing to replay"):
         build_workload([SampleRow("tpot", 1.0, 20.0, 10, 0.0, "p0")])
@@ -146,3 +162,29 @@ def test_desired_replicas_is_minimal_on_a_toy_workload() -> None:
         below = simulate(w.trace, d.replicas - 1, pod, "least-request", DEFAULT_SLO)
         assert below.slo_attainment < 0.9
     assert np.all(np.diff([d.evaluated[n] for n in sorted(d.evaluated)]) >= -0.02)
+
+
+def test_calibration_recovers_known_prefill_and_decode_scales() -> None:
+    """Samples from a pod whose prefill runs 1.6x and decode 0.7x the profile's cost: one factor
+    for both fits neither; the split calibration finds each, and reports the error per target."""
+    t = load_trace("azure-conv").scaled(1.0).window(0.0, 60.0)
+    _, observations = record(
+        t, 2, "a100-llama3-8b", "least-request", DEFAULT_SLO, prefill_scale=1.6, decode_scale=0.7
+    )
+    w = build_workload(rows_from_observations(observations))
+    profiles = ["a100-llama3-8b"]
+    joint = calibrate(
+        w, "least-request", DEFAULT_SLO, profiles=profiles, steps=5, seed=7, mode="joint"
+    )
+    split = calibrate(
+        w, "least-request", DEFAULT_SLO, profiles=profiles, steps=5, seed=7, mode="split"
+    )
+    assert joint.pod.prefill_scale == joint.pod.decode_scale
+    assert split.pod.prefill_scale == pytest.approx(1.6, rel=0.2)
+    assert split.pod.decode_scale == pytest.approx(0.7, rel=0.1)
+    # Each target's error is reported and the split fit is better on both.
+    assert split.tpot_error < 0.05 and split.ttft_error < 0.1
+    assert split.tpot_error < joint.tpot_error and split.error < joint.error
+    summary = split.summary()
+    assert set(summary) >= {"prefill_scale", "decode_scale", "ttft_error", "tpot_error"}
+    assert summary["simulations"] == len(split.tried) > len(joint.tried)
