@@ -57,7 +57,7 @@ SLO = Slo(2000.0, 100.0)
 SCALERS = ("queue-hpa", "wva-saturation", "headroom-saturation", "headroom-desired")
 
 
-def _scaler(name: str, args: argparse.Namespace, pods: Any) -> Scaler:
+def _scaler(name: str, args: argparse.Namespace) -> Scaler:
     if name.startswith("fixed-"):
         return Fixed(int(name.removeprefix("fixed-")), name=name)  # the unscaled reference
     if name == "queue-hpa":
@@ -68,7 +68,12 @@ def _scaler(name: str, args: argparse.Namespace, pods: Any) -> Scaler:
         return PredictedSaturation(budget=1.0 - args.attainment)
     if name == "headroom-desired":
         return DesiredReplicas(
-            pods, SLO, target=args.attainment, min_pods=args.min_pods, max_pods=args.max_pods
+            SLO,
+            target=args.desired_target,
+            lookback_s=args.desired_lookback_s,
+            plateau=args.desired_plateau,
+            min_pods=args.min_pods,
+            max_pods=args.max_pods,
         )
     raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)} or fixed-N")
 
@@ -78,16 +83,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pods = build_pool(slots, args.gpu)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
     warm = args.warmup_s
-    horizon = warm + 2 * args.up_s
-    burst_at = warm + (horizon - warm) / 3
+    horizons = {"ramp": warm + 2 * args.up_s, "step": warm + args.step_s}
+    burst_at = warm + args.step_s / 3
     every = {
         "ramp": ramp(args.base, args.peak, args.up_s, warm),
-        "step": step(args.base, args.burst, burst_at, (horizon - warm) / 3),
+        "step": step(args.base, args.burst, burst_at, args.step_s / 3),
     }
     shapes = {name: every[name] for name in args.shapes.split(",")}
     seeds = [int(s) for s in args.seeds.split(",")]
     out: dict[str, Any] = {}
     for shape, rate in shapes.items():
+        horizon = horizons[shape]
         per_scaler: dict[str, Any] = {}
         for name in args.scalers.split(","):
             runs = []
@@ -98,7 +104,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert isinstance(router, PredictedLatency)
                 fleet = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.initial)
                 started = time.process_time()
-                scaler = _scaler(name, args, pods)
+                scaler = _scaler(name, args)
                 result = run_autoscaled(
                     trace, pods, router, scaler, fleet, SLO, seed, measure_from_s=warm
                 )
@@ -139,7 +145,11 @@ def main() -> None:
     parser.add_argument("--base", type=float, default=0.2)
     parser.add_argument("--peak", type=float, default=0.6)
     parser.add_argument("--burst", type=float, default=0.6)
-    parser.add_argument("--up-s", type=float, default=300.0)
+    parser.add_argument("--up-s", type=float, default=1200.0)
+    parser.add_argument(
+        "--short", action="store_true", help="the reduced ramp: 5 minutes up and 5 down"
+    )
+    parser.add_argument("--step-s", type=float, default=600.0)
     parser.add_argument("--min-pods", type=int, default=2)
     parser.add_argument("--max-pods", type=int, default=12)
     parser.add_argument("--initial", type=int, default=3)
@@ -147,7 +157,12 @@ def main() -> None:
     parser.add_argument("--startup-s", type=float, default=90.0)
     parser.add_argument("--queue-target", type=float, default=5.0)
     parser.add_argument("--attainment", type=float, default=0.95)
+    parser.add_argument("--desired-target", type=float, default=0.95)
+    parser.add_argument("--desired-lookback-s", type=float, default=120.0)
+    parser.add_argument("--desired-plateau", type=float, default=0.01)
     args = parser.parse_args()
+    if args.short:
+        args.up_s = 300.0
     started = time.time()
     results = run(args)
     print(

@@ -377,15 +377,22 @@ class Desired:
 
 
 def smallest_meeting(
-    attainment: Callable[[int], float], target: float, lo: int, hi: int
+    attainment: Callable[[int], float],
+    target: float,
+    lo: int,
+    hi: int,
+    plateau: float = PLATEAU_TOLERANCE,
 ) -> Desired:
     """The smallest pod count in [lo, hi] whose attainment reaches ``target``, by bisection
-    (or, if none does, the start of the plateau: see ``Desired.met``).
+    (or, if none does, the start of the plateau: the fewest within ``plateau`` of what ``hi``
+    pods attain; see ``Desired.met``).
 
     Attainment is taken to rise with the pod count (more pods, less queueing); the search
     evaluates about log2(hi - lo) counts."""
     if lo < 1 or hi < lo:
         raise ValueError("want 1 <= lo <= hi")
+    if plateau < 0:
+        raise ValueError("plateau must be >= 0")
     seen: dict[int, float] = {}
 
     def at(n: int) -> float:
@@ -395,7 +402,7 @@ def smallest_meeting(
 
     met = at(hi) >= target
     if not met:
-        target = at(hi) - PLATEAU_TOLERANCE
+        target = at(hi) - plateau
     a, b = lo, hi  # invariant: at(b) meets the target; every count below a misses it
     while a < b:
         mid = (a + b) // 2
@@ -414,6 +421,8 @@ def desired_replicas(
     target: float,
     *,
     max_replicas: int,
+    min_replicas: int = 1,
+    plateau: float = PLATEAU_TOLERANCE,
     seed: int = 0,
 ) -> Desired:
     """The smallest pod count at which ``workload`` (the pool's recent traffic at its own rate)
@@ -421,6 +430,65 @@ def desired_replicas(
     return smallest_meeting(
         lambda n: simulate(workload.trace, n, pod, policy, slo, seed).slo_attainment,
         target,
-        1,
+        min_replicas,
         max_replicas,
+        plateau,
     )
+
+
+MIN_REQUESTS: Final = 20
+"""Fewer requests than this in the samples: no estimate (a replay of a handful of requests
+says nothing about the pod count)."""
+CALIBRATION_STEPS: Final = 3
+"""Golden-section steps per profile: 5 simulations each (measured by bench/desired_replicas.py
+to keep an 8-pod pool's run within a minute of one core)."""
+
+
+@dataclass(frozen=True)
+class ReplicaEstimate:
+    desired: Desired
+    workload: Workload
+    calibration: Calibration
+    calibrated: bool
+    """True: this call calibrated the pod (its simulations count); False: it was given one."""
+
+    @property
+    def simulations(self) -> int:
+        return (len(self.calibration.tried) if self.calibrated else 0) + len(self.desired.evaluated)
+
+
+def estimate_replicas(
+    rows: Sequence[SampleRow],
+    slo: Slo,
+    target: float,
+    *,
+    router: str,
+    max_replicas: int,
+    min_replicas: int = 1,
+    calibrated: Calibration | None = None,
+    calibration_steps: int = CALIBRATION_STEPS,
+    plateau: float = PLATEAU_TOLERANCE,
+    seed: int = 0,
+) -> ReplicaEstimate | None:
+    """Desired replicas from a pool's samples: rebuild the requests (``build_workload``),
+    calibrate the pod unless ``calibrated`` is given, and bisect on the pod count over
+    replays routed by the simulator policy ``router``. None when the samples hold fewer than
+    ``MIN_REQUESTS`` requests. The one path from samples to a pod count: the service's
+    periodic job (``backend/capacity/desired.py``) and the simulator's autoscaler
+    (``backend/sim/autoscale.py``) both call it."""
+    if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
+        return None
+    workload = build_workload(rows, seed=seed)
+    cal = calibrated or calibrate(workload, router, slo, steps=calibration_steps, seed=seed)
+    d = desired_replicas(
+        workload,
+        cal.pod,
+        router,
+        slo,
+        target,
+        max_replicas=max(max_replicas, 1),
+        min_replicas=min(max(min_replicas, 1), max(max_replicas, 1)),
+        plateau=plateau,
+        seed=seed,
+    )
+    return ReplicaEstimate(d, workload, cal, calibrated is None)

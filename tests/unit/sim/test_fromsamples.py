@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from backend.sim.fromsamples import (
+    MIN_REQUESTS,
     PodModel,
     SampleRow,
     build_workload,
     calibrate,
     desired_replicas,
+    estimate_replicas,
     record,
     rows_from_observations,
     simulate,
@@ -109,6 +111,11 @@ def test_bisection_finds_the_smallest_count_meeting_the_target() -> None:
     miss = smallest_meeting(lambda n: min(0.6, n / 10), 0.9, 1, 64)
     assert (miss.replicas, miss.met) == (6, False)
     assert smallest_meeting(lambda n: 1.0, 0.9, 1, 8).replicas == 1
+    # A wider plateau settles for fewer pods (0.6 - 0.15: 5 pods); the bounds hold.
+    assert smallest_meeting(lambda n: min(0.6, n / 10), 0.9, 1, 64, plateau=0.15).replicas == 5
+    assert smallest_meeting(lambda n: 1.0, 0.9, 3, 8).replicas == 3
+    with pytest.raises(ValueError):
+        smallest_meeting(lambda n: 1.0, 0.9, 1, 8, plateau=-0.1)
 
 
 def _recorded(
@@ -146,3 +153,35 @@ def test_desired_replicas_is_minimal_on_a_toy_workload() -> None:
         below = simulate(w.trace, d.replicas - 1, pod, "least-request", DEFAULT_SLO)
         assert below.slo_attainment < 0.9
     assert np.all(np.diff([d.evaluated[n] for n in sorted(d.evaluated)]) >= -0.02)
+
+
+def test_estimate_replicas_is_rebuild_calibrate_bisect_and_reuses_a_calibration() -> None:
+    """The one entry point the service's job and the simulator's autoscaler share."""
+    _, rows = _recorded("azure-code", 3.0, 60.0, 2)
+    profiles = ["a100-llama3-8b"]
+    est = estimate_replicas(rows, DEFAULT_SLO, 0.9, router="least-request", max_replicas=8)
+    assert est is not None and est.calibrated
+    # The same as composing the parts by hand.
+    w = build_workload(rows)
+    cal = calibrate(w, "least-request", DEFAULT_SLO, steps=3)
+    by_hand = desired_replicas(w, cal.pod, "least-request", DEFAULT_SLO, 0.9, max_replicas=8)
+    assert est.calibration.pod == cal.pod
+    assert (est.desired.replicas, est.desired.attainment) == (by_hand.replicas, by_hand.attainment)
+    assert est.simulations == len(cal.tried) + len(by_hand.evaluated)
+    # Given a calibration, only the bisection runs; the floor holds.
+    kept = calibrate(w, "least-request", DEFAULT_SLO, profiles=profiles, steps=1)
+    again = estimate_replicas(
+        rows,
+        DEFAULT_SLO,
+        0.9,
+        router="least-request",
+        max_replicas=8,
+        min_replicas=4,
+        calibrated=kept,
+    )
+    assert again is not None and not again.calibrated and again.calibration is kept
+    assert again.simulations == len(again.desired.evaluated)
+    assert again.desired.replicas >= 4
+    ttft = [r for r in rows if r.target == "ttft"]
+    few = ttft[: MIN_REQUESTS - 1]
+    assert estimate_replicas(few, DEFAULT_SLO, 0.9, router="least-request", max_replicas=8) is None
