@@ -426,9 +426,23 @@ def desired_replicas(
     seed: int = 0,
 ) -> Desired:
     """The smallest pod count at which ``workload`` (the pool's recent traffic at its own rate)
-    on the calibrated ``pod`` keeps SLO attainment at ``target``."""
+    on the calibrated ``pod`` keeps SLO attainment at ``target``.
+
+    A pod count at which the simulated pods break down (a request near the KV cache's size
+    that preemption cannot make room for among the others) counts as attaining nothing: so
+    few pods do not hold the traffic. At ``max_replicas`` the error propagates: then no count
+    serves it and there is no answer."""
+
+    def attainment(n: int) -> float:
+        try:
+            return simulate(workload.trace, n, pod, policy, slo, seed).slo_attainment
+        except (RuntimeError, MemoryError):
+            if n >= max_replicas:
+                raise
+            return 0.0
+
     return smallest_meeting(
-        lambda n: simulate(workload.trace, n, pod, policy, slo, seed).slo_attainment,
+        attainment,
         target,
         min_replicas,
         max_replicas,
@@ -479,16 +493,27 @@ def estimate_replicas(
     if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
         return None
     workload = build_workload(rows, seed=seed)
-    cal = calibrated or calibrate(workload, router, slo, steps=calibration_steps, seed=seed)
-    d = desired_replicas(
-        workload,
-        cal.pod,
-        router,
-        slo,
-        target,
-        max_replicas=max(max_replicas, 1),
-        min_replicas=min(max(min_replicas, 1), max(max_replicas, 1)),
-        plateau=plateau,
-        seed=seed,
-    )
-    return ReplicaEstimate(d, workload, cal, calibrated is None)
+    hi = max(max_replicas, 1)
+
+    def bisect(pod: PodModel) -> Desired:
+        return desired_replicas(
+            workload,
+            pod,
+            router,
+            slo,
+            target,
+            max_replicas=hi,
+            min_replicas=min(max(min_replicas, 1), hi),
+            plateau=plateau,
+            seed=seed,
+        )
+
+    if calibrated is not None:
+        try:
+            return ReplicaEstimate(bisect(calibrated.pod), workload, calibrated, False)
+        except (RuntimeError, MemoryError):
+            # The kept pod's KV cache cannot hold a request of this window (one longer than
+            # any it was calibrated on): calibrate again, which rules such profiles out.
+            pass
+    cal = calibrate(workload, router, slo, steps=calibration_steps, seed=seed)
+    return ReplicaEstimate(bisect(cal.pod), workload, cal, True)

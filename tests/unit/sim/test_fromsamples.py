@@ -7,6 +7,7 @@ import pytest
 
 from backend.sim.fromsamples import (
     MIN_REQUESTS,
+    Calibration,
     PodModel,
     SampleRow,
     build_workload,
@@ -185,3 +186,37 @@ def test_estimate_replicas_is_rebuild_calibrate_bisect_and_reuses_a_calibration(
     ttft = [r for r in rows if r.target == "ttft"]
     few = ttft[: MIN_REQUESTS - 1]
     assert estimate_replicas(few, DEFAULT_SLO, 0.9, router="least-request", max_replicas=8) is None
+
+
+def test_a_kept_calibration_whose_pod_cannot_hold_the_window_is_replaced() -> None:
+    # A window with one prompt (150k tokens) beyond a Llama-2-7B A100's KV cache (118k).
+    rows = [r for i in range(MIN_REQUESTS + 5) for r in _request(i * 2.0, 300.0, 400, 20)]
+    rows += _request(60.0, 9000.0, 150_000, 5)
+    small = Calibration(PodModel("a100-llama2-7b"), 0.1, 0.1, 0.1)
+    est = estimate_replicas(
+        rows, DEFAULT_SLO, 0.9, router="least-request", max_replicas=4, calibrated=small
+    )
+    assert est is not None and est.calibrated
+    assert est.calibration.pod.profile == "a100-llama3-8b"  # the one profile that holds it
+
+
+def test_a_pod_count_whose_simulation_breaks_down_misses_and_at_the_top_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from backend.sim import fromsamples
+
+    _, rows = _recorded("azure-code", 3.0, 20.0, 2)
+    w = build_workload(rows)
+    real = fromsamples.simulate
+
+    def fragile(trace, pods, pod, policy, slo, seed=0):  # type: ignore[no-untyped-def]
+        if pods < 3:  # as a pod whose KV cache cannot hold a long request among the others
+            raise RuntimeError("pod-0: one request outgrew the KV cache")
+        return real(trace, pods, pod, policy, slo, seed)
+
+    monkeypatch.setattr(fromsamples, "simulate", fragile)
+    pod = PodModel("a100-llama3-8b")
+    d = desired_replicas(w, pod, "least-request", DEFAULT_SLO, 0.5, max_replicas=8)
+    assert d.replicas == 3 and d.evaluated[2] == 0.0
+    with pytest.raises(RuntimeError):
+        desired_replicas(w, pod, "least-request", DEFAULT_SLO, 0.5, max_replicas=2)
