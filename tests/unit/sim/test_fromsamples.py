@@ -188,16 +188,28 @@ def test_estimate_replicas_is_rebuild_calibrate_bisect_and_reuses_a_calibration(
     assert estimate_replicas(few, DEFAULT_SLO, 0.9, router="least-request", max_replicas=8) is None
 
 
-def test_a_kept_calibration_whose_pod_cannot_hold_the_window_is_replaced() -> None:
-    # A window with one prompt (150k tokens) beyond a Llama-2-7B A100's KV cache (118k).
+def test_a_kept_calibration_whose_pod_cannot_hold_the_window_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from backend.sim import fromsamples
+
+    real = fromsamples.simulate
+
+    def small_cache(trace, pods, pod, policy, slo, seed=0):  # type: ignore[no-untyped-def]
+        if pod.profile == "a100-llama2-7b":  # as if this window held a request it cannot
+            raise RuntimeError("pod-0: one request outgrew the KV cache")
+        return real(trace, pods, pod, policy, slo, seed)
+
+    monkeypatch.setattr(fromsamples, "simulate", small_cache)
     rows = [r for i in range(MIN_REQUESTS + 5) for r in _request(i * 2.0, 300.0, 400, 20)]
-    rows += _request(60.0, 9000.0, 150_000, 5)
     small = Calibration(PodModel("a100-llama2-7b"), 0.1, 0.1, 0.1)
     est = estimate_replicas(
         rows, DEFAULT_SLO, 0.9, router="least-request", max_replicas=4, calibrated=small
     )
+    # Calibrated again: the profile that failed is ruled out (its error is infinite).
     assert est is not None and est.calibrated
-    assert est.calibration.pod.profile == "a100-llama3-8b"  # the one profile that holds it
+    assert est.calibration.pod.profile != "a100-llama2-7b"
+    assert est.desired.met
 
 
 def test_a_pod_count_whose_simulation_breaks_down_misses_and_at_the_top_raises(
