@@ -2,22 +2,25 @@
 
     .venv/bin/python bench/autoscale.py [--trace mooncake-conversation] [--seeds 0,1,2]
         [--scalers queue-hpa,wva-saturation,headroom-saturation,headroom-desired]
-        [--base 0.2] [--peak 0.6] [--up-s 300] [--burst 0.6] [--min-pods 2] [--max-pods 12]
-        [--initial 3] [--warmup-s 240] [--startup-s 90]
+        [--shapes ramp,step] [--base 0.2] [--peak 0.6] [--up-s 1200 | --short] [--step-s 600]
+        [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
+        [--startup-s 90] [--desired-target 0.95] [--desired-lookback-s 120]
+        [--desired-plateau 0.01]
 
 Two traffic shapes (``backend/sim/autoscale.py``), each after ``--warmup-s`` at ``--base`` x the
-trace's rate in which the scalers settle from ``--initial`` pods (not counted): a ramp (the trace
-time-warped from ``--base`` x its own rate up to ``--peak`` x over ``--up-s`` and back down: 3x
-from trough to peak) and a step (``--burst`` x from a third of the measured time for a third of
-it). The defaults size the pool so that the peak needs about 9 of the 12 pods allowed (4
-``a100-llama3-8b`` pods saturate Mooncake at about 0.27x its rate). Every scaler
-runs the same router (Headroom's policy, trained online), the same pod start-up delay, the
-same min and max pods and the same HPA scale-down stabilisation (300 s). Reported per scaler and
-shape: SLO attainment (TTFT <= 2 s and TPOT <= 100 ms), GPU-hours (pods starting, ready or
-draining, up to the last arrival), and for the step the time from the burst until a minute of
-arrivals meets the SLOs at the level of the two minutes before it (less 5 points); mean and
-min-max over the seeds. The ramp is shorter
-than issue 14's 20 minutes up and down when ``--up-s`` is under 1200: say so with the figures.
+trace's rate in which the scalers settle from ``--initial`` pods (not counted): the issue's ramp
+(the trace time-warped from ``--base`` x its own rate up to ``--peak`` x over ``--up-s``, 20
+minutes, and back down over as long: 3x from trough to peak; ``--short`` for the reduced 5
+minutes each way) and a step (``--burst`` x from a third of ``--step-s`` for a third of it).
+The defaults size the pool so that the peak needs about 9 of the 12 pods allowed (4
+``a100-llama3-8b`` pods saturate Mooncake at about 0.27x its rate). Every scaler runs the same
+router (Headroom's policy, trained online), the same pod start-up delay, the same min and max
+pods and the same HPA scale-down stabilisation (300 s). ``headroom-desired`` is the service's
+desired-replicas computation on the samples the simulated EPP posted (``--desired-*``: its
+target, lookback and plateau). Reported per scaler and shape: SLO attainment (TTFT <= 2 s and
+TPOT <= 100 ms), GPU-hours (pods starting, ready or draining, up to the last arrival), and for
+the step the time from the burst until a minute of arrivals meets the SLOs at the level of the
+two minutes before it (less 5 points); mean and min-max over the seeds.
 """
 
 from __future__ import annotations
@@ -177,6 +180,13 @@ def main() -> None:
                     "period_s": 15.0,
                     "recovered": "60 s of arrivals back within 5 points of the 120 s before",
                     "reduced_scale": args.up_s < 1200,
+                    "desired": {
+                        "target": args.desired_target,
+                        "lookback_s": args.desired_lookback_s,
+                        "plateau": args.desired_plateau,
+                        "router": "llm-d-322",
+                        "every_s": 30.0,
+                    },
                 },
                 "results": results,
                 "wall_s": round(time.time() - started, 1),
