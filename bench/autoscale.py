@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         horizon = horizons[shape]
         per_scaler: dict[str, Any] = {}
         for name in args.scalers.split(","):
-            runs = []
+            runs: list[dict[str, Any]] = []
             for seed in seeds:
                 tenants = TenantModel(seed=seed) if args.trace.startswith("azure") else None
                 trace = warp(load_trace(args.trace, tenants).spread_ties(seed), rate, horizon)
