@@ -302,6 +302,13 @@ class CapacitySettings(BaseModel):
         description="Simulator policy that routes the replay (default: llm-d's load+prefix "
         "scorers 3:2:2, which an unchanged EPP runs).",
     )
+    desired_history_s: float = Field(
+        3600.0,
+        gt=0,
+        le=30 * 86_400,
+        description="How far back each pool's desired-replica runs are kept (table "
+        "`desired_replicas_history`) for the console's chart.",
+    )
     namespace: str = Field(
         "default", max_length=63, description="The `namespace` label of the exported gauges."
     )

@@ -35,10 +35,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backend.advisor.search import Budget, advise
 from backend.advisor.workloads import SHIPPED, replay_parts, replay_workload
-from backend.capacity.desired import CALIBRATION_STEPS
 from backend.policies.schemas import PolicySpec
 from backend.settings import CapacitySettings
-from backend.sim.fromsamples import build_workload, calibrate, record, rows_from_observations
+from backend.sim.fromsamples import (
+    CALIBRATION_STEPS,
+    build_workload,
+    calibrate,
+    record,
+    rows_from_observations,
+)
 from backend.sim.pool import build_pool
 from backend.sim.protocol import SUITES, Job, arrivals, figures, simulate_trace
 from backend.sim.routers import OURS, POLICIES

@@ -2,22 +2,25 @@
 
     .venv/bin/python bench/autoscale.py [--trace mooncake-conversation] [--seeds 0,1,2]
         [--scalers queue-hpa,wva-saturation,headroom-saturation,headroom-desired]
-        [--base 0.2] [--peak 0.6] [--up-s 300] [--burst 0.6] [--min-pods 2] [--max-pods 12]
-        [--initial 3] [--warmup-s 240] [--startup-s 90]
+        [--shapes ramp,step] [--base 0.2] [--peak 0.6] [--up-s 1200 | --short] [--step-s 600]
+        [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
+        [--startup-s 90] [--desired-target 0.95] [--desired-lookback-s 120]
+        [--desired-plateau 0.01]
 
 Two traffic shapes (``backend/sim/autoscale.py``), each after ``--warmup-s`` at ``--base`` x the
-trace's rate in which the scalers settle from ``--initial`` pods (not counted): a ramp (the trace
-time-warped from ``--base`` x its own rate up to ``--peak`` x over ``--up-s`` and back down: 3x
-from trough to peak) and a step (``--burst`` x from a third of the measured time for a third of
-it). The defaults size the pool so that the peak needs about 9 of the 12 pods allowed (4
-``a100-llama3-8b`` pods saturate Mooncake at about 0.27x its rate). Every scaler
-runs the same router (Headroom's policy, trained online), the same pod start-up delay, the
-same min and max pods and the same HPA scale-down stabilisation (300 s). Reported per scaler and
-shape: SLO attainment (TTFT <= 2 s and TPOT <= 100 ms), GPU-hours (pods starting, ready or
-draining, up to the last arrival), and for the step the time from the burst until a minute of
-arrivals meets the SLOs at the level of the two minutes before it (less 5 points); mean and
-min-max over the seeds. The ramp is shorter
-than issue 14's 20 minutes up and down when ``--up-s`` is under 1200: say so with the figures.
+trace's rate in which the scalers settle from ``--initial`` pods (not counted): the issue's ramp
+(the trace time-warped from ``--base`` x its own rate up to ``--peak`` x over ``--up-s``, 20
+minutes, and back down over as long: 3x from trough to peak; ``--short`` for the reduced 5
+minutes each way) and a step (``--burst`` x from a third of ``--step-s`` for a third of it).
+The defaults size the pool so that the peak needs about 9 of the 12 pods allowed (4
+``a100-llama3-8b`` pods saturate Mooncake at about 0.27x its rate). Every scaler runs the same
+router (Headroom's policy, trained online), the same pod start-up delay, the same min and max
+pods and the same HPA scale-down stabilisation (300 s). ``headroom-desired`` is the service's
+desired-replicas computation on the samples the simulated EPP posted (``--desired-*``: its
+target, lookback and plateau). Reported per scaler and shape: SLO attainment (TTFT <= 2 s and
+TPOT <= 100 ms), GPU-hours (pods starting, ready or draining, up to the last arrival), and for
+the step the time from the burst until a minute of arrivals meets the SLOs at the level of the
+two minutes before it (less 5 points); mean and min-max over the seeds.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ SLO = Slo(2000.0, 100.0)
 SCALERS = ("queue-hpa", "wva-saturation", "headroom-saturation", "headroom-desired")
 
 
-def _scaler(name: str, args: argparse.Namespace, pods: Any) -> Scaler:
+def _scaler(name: str, args: argparse.Namespace) -> Scaler:
     if name.startswith("fixed-"):
         return Fixed(int(name.removeprefix("fixed-")), name=name)  # the unscaled reference
     if name == "queue-hpa":
@@ -68,7 +71,12 @@ def _scaler(name: str, args: argparse.Namespace, pods: Any) -> Scaler:
         return PredictedSaturation(budget=1.0 - args.attainment)
     if name == "headroom-desired":
         return DesiredReplicas(
-            pods, SLO, target=args.attainment, min_pods=args.min_pods, max_pods=args.max_pods
+            SLO,
+            target=args.desired_target,
+            lookback_s=args.desired_lookback_s,
+            plateau=args.desired_plateau,
+            min_pods=args.min_pods,
+            max_pods=args.max_pods,
         )
     raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)} or fixed-N")
 
@@ -78,19 +86,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pods = build_pool(slots, args.gpu)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
     warm = args.warmup_s
-    horizon = warm + 2 * args.up_s
-    burst_at = warm + (horizon - warm) / 3
+    horizons = {"ramp": warm + 2 * args.up_s, "step": warm + args.step_s}
+    burst_at = warm + args.step_s / 3
     every = {
         "ramp": ramp(args.base, args.peak, args.up_s, warm),
-        "step": step(args.base, args.burst, burst_at, (horizon - warm) / 3),
+        "step": step(args.base, args.burst, burst_at, args.step_s / 3),
     }
     shapes = {name: every[name] for name in args.shapes.split(",")}
     seeds = [int(s) for s in args.seeds.split(",")]
     out: dict[str, Any] = {}
     for shape, rate in shapes.items():
+        horizon = horizons[shape]
         per_scaler: dict[str, Any] = {}
         for name in args.scalers.split(","):
-            runs = []
+            runs: list[dict[str, Any]] = []
             for seed in seeds:
                 tenants = TenantModel(seed=seed) if args.trace.startswith("azure") else None
                 trace = warp(load_trace(args.trace, tenants).spread_ties(seed), rate, horizon)
@@ -98,7 +107,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert isinstance(router, PredictedLatency)
                 fleet = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.initial)
                 started = time.process_time()
-                scaler = _scaler(name, args, pods)
+                scaler = _scaler(name, args)
                 result = run_autoscaled(
                     trace, pods, router, scaler, fleet, SLO, seed, measure_from_s=warm
                 )
@@ -139,7 +148,11 @@ def main() -> None:
     parser.add_argument("--base", type=float, default=0.2)
     parser.add_argument("--peak", type=float, default=0.6)
     parser.add_argument("--burst", type=float, default=0.6)
-    parser.add_argument("--up-s", type=float, default=300.0)
+    parser.add_argument("--up-s", type=float, default=1200.0)
+    parser.add_argument(
+        "--short", action="store_true", help="the reduced ramp: 5 minutes up and 5 down"
+    )
+    parser.add_argument("--step-s", type=float, default=600.0)
     parser.add_argument("--min-pods", type=int, default=2)
     parser.add_argument("--max-pods", type=int, default=12)
     parser.add_argument("--initial", type=int, default=3)
@@ -147,7 +160,12 @@ def main() -> None:
     parser.add_argument("--startup-s", type=float, default=90.0)
     parser.add_argument("--queue-target", type=float, default=5.0)
     parser.add_argument("--attainment", type=float, default=0.95)
+    parser.add_argument("--desired-target", type=float, default=0.95)
+    parser.add_argument("--desired-lookback-s", type=float, default=120.0)
+    parser.add_argument("--desired-plateau", type=float, default=0.01)
     args = parser.parse_args()
+    if args.short:
+        args.up_s = 300.0
     started = time.time()
     results = run(args)
     print(
@@ -162,6 +180,13 @@ def main() -> None:
                     "period_s": 15.0,
                     "recovered": "60 s of arrivals back within 5 points of the 120 s before",
                     "reduced_scale": args.up_s < 1200,
+                    "desired": {
+                        "target": args.desired_target,
+                        "lookback_s": args.desired_lookback_s,
+                        "plateau": args.desired_plateau,
+                        "router": "llm-d-322",
+                        "every_s": 30.0,
+                    },
                 },
                 "results": results,
                 "wall_s": round(time.time() - started, 1),

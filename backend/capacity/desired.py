@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.capacity.models import DesiredReplicas
+from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.policies.schemas import PolicySpec
 from backend.policies.service import policy_for_pool, spec_of
 from backend.pools.models import Pool
@@ -28,12 +28,12 @@ from backend.samples.models import TargetCode
 from backend.samples.repository import RECENT_COLUMNS, recent_samples
 from backend.settings import CapacitySettings
 from backend.sim.fromsamples import (
+    CALIBRATION_STEPS,
     Calibration,
     SampleRow,
     Workload,
-    build_workload,
     calibrate,
-    desired_replicas,
+    estimate_replicas,
 )
 from backend.sim.view import Slo
 from backend.transactions import write
@@ -41,12 +41,6 @@ from backend.transactions import write
 log = logging.getLogger("headroom.capacity")
 
 _FEATURES = len(RECENT_COLUMNS) - RECENT_COLUMNS.index("kv_cache_percentage")
-MIN_REQUESTS = 20
-"""Fewer requests than this in the lookback: no estimate (a replay of a handful of requests
-says nothing about the pod count)."""
-CALIBRATION_STEPS = 3
-"""Golden-section steps per profile: 5 simulations each (measured by bench/desired_replicas.py
-to keep an 8-pod pool's run within a minute of one core)."""
 
 
 def sample_rows(raw: list[tuple[object, ...]]) -> list[SampleRow]:
@@ -93,32 +87,31 @@ def estimate(
     seed: int = 0,
     calibrated: Calibration | None = None,
 ) -> Estimate | None:
-    """Rebuild, calibrate (unless ``calibrated`` is given), bisect; None when the samples hold
-    too few requests."""
-    if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
-        return None
-    workload = build_workload(rows, seed=seed)
-    router = settings.desired_router
-    cal = calibrated or calibrate(workload, router, slo, steps=CALIBRATION_STEPS, seed=seed)
-    d = desired_replicas(
-        workload,
-        cal.pod,
-        router,
+    """Rebuild, calibrate (unless ``calibrated`` is given), bisect
+    (``fromsamples.estimate_replicas``, the simulator's autoscaler's path too); None when the
+    samples hold too few requests."""
+    est = estimate_replicas(
+        rows,
         slo,
         target,
-        max_replicas=max(settings.desired_max_replicas, 1),
+        router=settings.desired_router,
+        max_replicas=settings.desired_max_replicas,
+        calibrated=calibrated,
         seed=seed,
     )
+    if est is None:
+        return None
+    d, cal = est.desired, est.calibration
     return Estimate(
         d.replicas,
         d.met,
         d.attainment,
         target,
-        workload,
+        est.workload,
         cal.pod.profile,
         cal.pod.scale,
         cal.error,
-        (0 if calibrated else len(cal.tried)) + len(d.evaluated),
+        est.simulations,
         cal,
     )
 
@@ -190,8 +183,25 @@ def refresh_pool(
             _calibrations[pool_id] = (time.monotonic(), est.calibration)
     with write(session):
         session.execute(delete(DesiredReplicas).where(DesiredReplicas.pool_id == pool_id))
+        session.execute(
+            delete(DesiredReplicasPoint).where(
+                DesiredReplicasPoint.pool_id == pool_id,
+                DesiredReplicasPoint.computed_at
+                < now - timedelta(seconds=settings.desired_history_s),
+            )
+        )
         if est is None:
             return None
+        session.add(
+            DesiredReplicasPoint(
+                pool_id=pool_id,
+                computed_at=now,
+                replicas=est.replicas,
+                met=est.met,
+                attainment=est.attainment,
+                current_pods=len(est.workload.pods),
+            )
+        )
         row = DesiredReplicas(
             pool_id=pool_id,
             replicas=est.replicas,
@@ -226,6 +236,20 @@ def refresh_all(sessions: sessionmaker[Session], settings: CapacitySettings) -> 
         except Exception:
             log.exception("desired replicas of pool %s failed; the last value is kept", pool_id)
     return done
+
+
+def history(session: Session, pool_id: int, since: datetime) -> list[DesiredReplicasPoint]:
+    """The pool's desired-replicas runs since ``since``, oldest first (the Overview's chart;
+    the same on every API replica, since the worker stores them)."""
+    return list(
+        session.scalars(
+            select(DesiredReplicasPoint)
+            .where(
+                DesiredReplicasPoint.pool_id == pool_id, DesiredReplicasPoint.computed_at >= since
+            )
+            .order_by(DesiredReplicasPoint.computed_at)
+        )
+    )
 
 
 def read_all(session: Session) -> dict[int, DesiredReplicas]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, Float, ForeignKey, Integer, String
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.db import Base
@@ -32,3 +32,20 @@ class DesiredReplicas(Base):
     cpu_s: Mapped[float] = mapped_column(Float)
     policy_version: Mapped[int | None] = mapped_column(Integer)
     computed_at: Mapped[datetime] = mapped_column()
+
+
+class DesiredReplicasPoint(Base):
+    """One desired-replicas run of a pool, kept for ``desired_history_s`` so that every API
+    replica draws the same history on the Overview (a process's memory would show only the
+    runs it saw since it started)."""
+
+    __tablename__ = "desired_replicas_history"
+    __table_args__ = (Index("ix_desired_replicas_history_pool_time", "pool_id", "computed_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"))
+    computed_at: Mapped[datetime] = mapped_column()
+    replicas: Mapped[int] = mapped_column(Integer)
+    met: Mapped[bool] = mapped_column(Boolean)
+    attainment: Mapped[float] = mapped_column(Float)
+    current_pods: Mapped[int] = mapped_column(Integer)

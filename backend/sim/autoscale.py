@@ -30,16 +30,16 @@ The scalers:
   router's own online-trained models: scale up when more than the SLO budget of representative
   requests would miss; scale down when the pods' load spread over one pod fewer would still keep
   the level within the budget.
-* ``DesiredReplicas``: the smallest pod count at which the simulator, replaying the last
-  minutes of traffic, keeps SLO attainment at the target: a bisection on the pod count over
-  fresh simulations (least-request routing and no step noise, for speed). This is this module's
-  own bisection over the simulator; the service's desired-replicas job (replay of a pool's
-  samples) is separate.
+* ``DesiredReplicas``: the service's desired-replicas computation
+  (``fromsamples.estimate_replicas``, which the periodic job runs too) on the samples the
+  simulated EPP posted over the last minutes: rebuild the requests, calibrate the pod, bisect
+  on the pod count over replays.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -51,10 +51,18 @@ import numpy.typing as npt
 from backend.scheduling.saturation import Representative, saturation
 from backend.scheduling.types import Candidate, FloatArray
 from backend.sim.engine import SimConfig, SimResult, Simulation
+from backend.sim.fromsamples import (
+    PLATEAU_TOLERANCE,
+    Calibration,
+    ReplicaEstimate,
+    SampleRow,
+    estimate_replicas,
+    rows_from_observations,
+)
 from backend.sim.online import FIELDS, columns
 from backend.sim.pool import PodSpec
+from backend.sim.replay import Recorder
 from backend.sim.routers.predicted import PredictedLatency, candidate_row
-from backend.sim.routers.simple import LeastRequest
 from backend.sim.traces.loader import Trace
 from backend.sim.view import Slo
 
@@ -160,6 +168,9 @@ class Observation:
     before the router has a model or traffic)."""
     recent: Callable[[float], Trace]
     """The trace's arrivals of the last ``seconds``, from 0."""
+    samples: Callable[[float], list[SampleRow]] = lambda seconds: []
+    """The samples the EPP posted in the last ``seconds`` (TTFT at the first token, TPOT at
+    completion), as the service's samples table would hold them."""
 
 
 class Scaler(Protocol):
@@ -271,47 +282,54 @@ class PredictedSaturation:
 
 @dataclass
 class DesiredReplicas:
-    """The smallest pod count that keeps SLO attainment at the target on a replay of the last
-    ``window_s`` of traffic, by bisection on the pod count over fresh simulations. Where even
-    ``max_pods`` cannot reach the target (requests no pod count serves in time), the target is
-    what ``max_pods`` reaches less ``slack``."""
+    """Headroom's desired replicas, by the service's own path: every ``every_s`` the samples
+    the EPP posted over the last ``lookback_s`` (``Observation.samples``) go through
+    ``fromsamples.estimate_replicas``, which rebuilds the requests from them, calibrates the
+    simulated pod to them (kept for ``recalibrate_s``, as the service keeps a pool's) and
+    bisects on the pod count over replays routed by ``router`` (the service's
+    ``HEADROOM_CAPACITY__DESIRED_ROUTER`` default). Where no pod count reaches ``target``, the
+    answer is the fewest pods within ``plateau`` of what ``max_pods`` attain.
 
-    pods: Sequence[PodSpec]
+    Between runs it holds its last answer; with too few samples it keeps the current count."""
+
     slo: Slo
     target: float = 0.95
-    window_s: float = 120.0
+    lookback_s: float = 120.0
     every_s: float = 30.0
     min_pods: int = 1
     max_pods: int = 8
-    slack: float = 0.03
+    plateau: float = PLATEAU_TOLERANCE
+    router: str = "llm-d-322"
+    recalibrate_s: float = 600.0
     name: str = "headroom-desired"
     _last: tuple[float, int] | None = None
-
-    def attainment(self, trace: Trace, n: int) -> float:
-        sim = Simulation(
-            trace,
-            self.pods[:n],
-            LeastRequest(),
-            SimConfig(slo=self.slo, step_noise=0.0, dispatch_delay_ms=0.0),
-        )
-        return slo_attainment(sim.run(), self.slo)
+    _calibration: tuple[float, Calibration] | None = None
+    runs: list[ReplicaEstimate] = field(default_factory=list)
+    """Every estimate made, oldest first (for reports and tests)."""
 
     def desired(self, obs: Observation) -> int:
         if self._last is not None and obs.now - self._last[0] < self.every_s:
             return self._last[1]
-        trace = obs.recent(self.window_s)
-        if len(trace) == 0:
+        kept = self._calibration
+        if kept is not None and obs.now - kept[0] > self.recalibrate_s:
+            kept = None
+        est = estimate_replicas(
+            obs.samples(self.lookback_s),
+            self.slo,
+            self.target,
+            router=self.router,
+            max_replicas=self.max_pods,
+            min_replicas=self.min_pods,
+            calibrated=kept[1] if kept is not None else None,
+            plateau=self.plateau,
+        )
+        if est is None:
             return obs.replicas
-        lo, hi = self.min_pods, self.max_pods
-        target = min(self.target, self.attainment(trace, hi) - self.slack)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.attainment(trace, mid) >= target:
-                hi = mid
-            else:
-                lo = mid + 1
-        self._last = (obs.now, lo)
-        return lo
+        if est.calibrated:
+            self._calibration = (obs.now, est.calibration)
+        self.runs.append(est)
+        self._last = (obs.now, est.desired.replicas)
+        return est.desired.replicas
 
 
 def meets_slo(result: SimResult, slo: Slo) -> npt.NDArray[np.bool_]:
@@ -531,7 +549,9 @@ def run_autoscaled(
     a warm-up in which the scaler settles) to the last arrival."""
     if len(pods) != fleet.slots:
         raise ValueError("one pod spec per fleet slot")
-    sim = Simulation(trace, pods, router, SimConfig(slo=slo, seed=seed, spread_ties=False))
+    # The recorder hands the router every decision and keeps the samples an EPP would post.
+    recorder = Recorder(router)
+    sim = Simulation(trace, pods, recorder, SimConfig(slo=slo, seed=seed, spread_ties=False))
     routable = sim.view.decode_pods  # the router routes over this list: keep it the ready pods
     routable[:] = fleet.pods("ready")
     probe = Probe(sim, router)
@@ -546,6 +566,15 @@ def run_autoscaled(
     def recent(seconds: float) -> Trace:
         now = sim.view.now
         return trace.select((trace.arrival_s >= now - seconds) & (trace.arrival_s < now))
+
+    posted: list[SampleRow] = []
+    posted_at: list[float] = []
+
+    def samples(seconds: float) -> list[SampleRow]:
+        fresh = rows_from_observations(recorder.take())
+        posted.extend(fresh)
+        posted_at.extend(r.time_s for r in fresh)
+        return posted[bisect_left(posted_at, sim.view.now - seconds) :]
 
     horizon = float(trace.arrival_s[-1]) if len(trace) else 0.0
     gpu_hours: float | None = None
@@ -564,7 +593,13 @@ def run_autoscaled(
                 g = sim.view.scraped(p)
                 gauges[p] = PodGauges(g.kv_cache_usage, g.num_waiting, g.num_running)
             obs = Observation(
-                t, fleet.replicas, len(fleet.pods("starting")), gauges, probe.level, recent
+                t,
+                fleet.replicas,
+                len(fleet.pods("starting")),
+                gauges,
+                probe.level,
+                recent,
+                samples,
             )
             want = scaler.desired(obs)
             wanted.append((t, want))

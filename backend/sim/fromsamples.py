@@ -536,15 +536,22 @@ class Desired:
 
 
 def smallest_meeting(
-    attainment: Callable[[int], float], target: float, lo: int, hi: int
+    attainment: Callable[[int], float],
+    target: float,
+    lo: int,
+    hi: int,
+    plateau: float = PLATEAU_TOLERANCE,
 ) -> Desired:
     """The smallest pod count in [lo, hi] whose attainment reaches ``target``, by bisection
-    (or, if none does, the start of the plateau: see ``Desired.met``).
+    (or, if none does, the start of the plateau: the fewest within ``plateau`` of what ``hi``
+    pods attain; see ``Desired.met``).
 
     Attainment is taken to rise with the pod count (more pods, less queueing); the search
     evaluates about log2(hi - lo) counts."""
     if lo < 1 or hi < lo:
         raise ValueError("want 1 <= lo <= hi")
+    if plateau < 0:
+        raise ValueError("plateau must be >= 0")
     seen: dict[int, float] = {}
 
     def at(n: int) -> float:
@@ -554,7 +561,7 @@ def smallest_meeting(
 
     met = at(hi) >= target
     if not met:
-        target = at(hi) - PLATEAU_TOLERANCE
+        target = at(hi) - plateau
     a, b = lo, hi  # invariant: at(b) meets the target; every count below a misses it
     while a < b:
         mid = (a + b) // 2
@@ -573,13 +580,99 @@ def desired_replicas(
     target: float,
     *,
     max_replicas: int,
+    min_replicas: int = 1,
+    plateau: float = PLATEAU_TOLERANCE,
     seed: int = 0,
 ) -> Desired:
     """The smallest pod count at which ``workload`` (the pool's recent traffic at its own rate)
-    on the calibrated ``pod`` keeps SLO attainment at ``target``."""
+    on the calibrated ``pod`` keeps SLO attainment at ``target``.
+
+    A pod count at which the simulated pods break down (a request near the KV cache's size
+    that preemption cannot make room for among the others) counts as attaining nothing: so
+    few pods do not hold the traffic. At ``max_replicas`` the error propagates: then no count
+    serves it and there is no answer."""
+
+    def attainment(n: int) -> float:
+        try:
+            return simulate(workload.trace, n, pod, policy, slo, seed).slo_attainment
+        except (RuntimeError, MemoryError):
+            if n >= max_replicas:
+                raise
+            return 0.0
+
     return smallest_meeting(
-        lambda n: simulate(workload.trace, n, pod, policy, slo, seed).slo_attainment,
+        attainment,
         target,
-        1,
+        min_replicas,
         max_replicas,
+        plateau,
     )
+
+
+MIN_REQUESTS: Final = 20
+"""Fewer requests than this in the samples: no estimate (a replay of a handful of requests
+says nothing about the pod count)."""
+CALIBRATION_STEPS: Final = 3
+"""Golden-section steps per profile: 5 simulations each (measured by bench/desired_replicas.py
+to keep an 8-pod pool's run within a minute of one core)."""
+
+
+@dataclass(frozen=True)
+class ReplicaEstimate:
+    desired: Desired
+    workload: Workload
+    calibration: Calibration
+    calibrated: bool
+    """True: this call calibrated the pod (its simulations count); False: it was given one."""
+
+    @property
+    def simulations(self) -> int:
+        return (len(self.calibration.tried) if self.calibrated else 0) + len(self.desired.evaluated)
+
+
+def estimate_replicas(
+    rows: Sequence[SampleRow],
+    slo: Slo,
+    target: float,
+    *,
+    router: str,
+    max_replicas: int,
+    min_replicas: int = 1,
+    calibrated: Calibration | None = None,
+    calibration_steps: int = CALIBRATION_STEPS,
+    plateau: float = PLATEAU_TOLERANCE,
+    seed: int = 0,
+) -> ReplicaEstimate | None:
+    """Desired replicas from a pool's samples: rebuild the requests (``build_workload``),
+    calibrate the pod unless ``calibrated`` is given, and bisect on the pod count over
+    replays routed by the simulator policy ``router``. None when the samples hold fewer than
+    ``MIN_REQUESTS`` requests. The one path from samples to a pod count: the service's
+    periodic job (``backend/capacity/desired.py``) and the simulator's autoscaler
+    (``backend/sim/autoscale.py``) both call it."""
+    if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
+        return None
+    workload = build_workload(rows, seed=seed)
+    hi = max(max_replicas, 1)
+
+    def bisect(pod: PodModel) -> Desired:
+        return desired_replicas(
+            workload,
+            pod,
+            router,
+            slo,
+            target,
+            max_replicas=hi,
+            min_replicas=min(max(min_replicas, 1), hi),
+            plateau=plateau,
+            seed=seed,
+        )
+
+    if calibrated is not None:
+        try:
+            return ReplicaEstimate(bisect(calibrated.pod), workload, calibrated, False)
+        except (RuntimeError, MemoryError):
+            # The kept pod's KV cache cannot hold a request of this window (one longer than
+            # any it was calibrated on): calibrate again, which rules such profiles out.
+            pass
+    cal = calibrate(workload, router, slo, steps=calibration_steps, seed=seed)
+    return ReplicaEstimate(bisect(cal.pod), workload, cal, True)

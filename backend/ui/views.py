@@ -8,6 +8,7 @@ every replica shows the same thing; `bench/console.py` checks that each page sta
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +18,8 @@ import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.capacity.models import DesiredReplicas
+from backend.capacity.desired import history as desired_history
+from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.capacity.service import CapacityMonitor, PoolReport
 from backend.pools.models import Pool
 from backend.predictor.evaluation import evaluate
@@ -185,6 +187,37 @@ NO_LEVEL = {
 
 
 @dataclass(frozen=True)
+class ReplicaChart:
+    """Desired replicas and the pods the replay saw, per stored run, as SVG polylines over a
+    CHART_W x CHART_H box (0 pods at the bottom, ``top`` at the top)."""
+
+    desired: str
+    current: str
+    top: int
+    points: int
+    span_s: float
+
+
+def replica_chart(points: Sequence[DesiredReplicasPoint]) -> ReplicaChart | None:
+    if not points:
+        return None
+    start = points[0].computed_at
+    span = (points[-1].computed_at - start).total_seconds()
+    top = max(1, *(max(p.replicas, p.current_pods) for p in points))
+
+    def line(value: Callable[[DesiredReplicasPoint], int]) -> str:
+        out = []
+        for p in points:
+            x = CHART_W * ((p.computed_at - start).total_seconds() / span if span > 0 else 1.0)
+            out.append(f"{x:.1f},{CHART_H * (1.0 - value(p) / top):.1f}")
+        return " ".join(out)
+
+    return ReplicaChart(
+        line(lambda p: p.replicas), line(lambda p: p.current_pods), top, len(points), span
+    )
+
+
+@dataclass(frozen=True)
 class SaturationPanel:
     """A pool's saturation as this process's capacity monitor last computed it, with its recent
     history (see docs/capacity.md)."""
@@ -203,6 +236,8 @@ class SaturationPanel:
     """How far back the chart reaches."""
     desired: DesiredReplicas | None = None
     """The pool's desired replicas as the worker last stored them (docs/capacity.md)."""
+    desired_chart: ReplicaChart | None = None
+    """Its recent runs (None with fewer than one stored)."""
 
     @property
     def reason(self) -> str:
@@ -236,6 +271,7 @@ def saturation_panel(
     report: PoolReport | None,
     history: list[tuple[datetime, float | None]],
     desired: DesiredReplicas | None = None,
+    desired_points: Sequence[DesiredReplicasPoint] = (),
 ) -> SaturationPanel | None:
     if report is None:
         return None  # before the first tick: nothing to show yet
@@ -253,6 +289,7 @@ def saturation_panel(
         lines=lines,
         span_s=span,
         desired=desired,
+        desired_chart=replica_chart(desired_points) if desired is not None else None,
     )
 
 
@@ -370,6 +407,9 @@ def pool_status(
             capacity.report(pool.name),
             capacity.history(pool.name),
             capacity.desired(pool.name),
+            desired_history(
+                session, pool.id, now - timedelta(seconds=settings.capacity.desired_history_s)
+            ),
         )
         if capacity is not None
         else None,

@@ -111,6 +111,11 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         "HEADROOM_ADVISOR__SEEDS": "2",
         "HEADROOM_ADVISOR__SURVIVORS": "1",
         "HEADROOM_ADVISOR__FINALISTS": "1",
+        # Desired replicas: runs often enough for the Overview's history to have points, on
+        # samples posted once (kept in the lookback for the whole session), bisecting to 8.
+        "HEADROOM_CAPACITY__DESIRED_INTERVAL_S": "10",
+        "HEADROOM_CAPACITY__DESIRED_LOOKBACK_S": "3600",
+        "HEADROOM_CAPACITY__DESIRED_MAX_REPLICAS": "8",
     }
     with headroom_process(env, folder) as (url, _):
         # Two rounds with a training in between: every target gets at least two versions,

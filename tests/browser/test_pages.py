@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import time
 
+import httpx
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Console, screenshot, sign_in
+from tests.integration.test_desired_replicas import epp_samples
 
 
 def test_pages_need_a_signed_in_user(page: Page) -> None:
@@ -63,6 +66,46 @@ def test_overview_shows_active_models_and_freshness(page: Page, console: Console
     expect(pool.get_by_test_id("rate")).not_to_have_text("0")
     # The saturation panel: a level, or why there is none (these samples name no pod).
     expect(pool.get_by_test_id("saturation")).to_contain_text("Saturation")
+
+
+def test_overview_shows_desired_replicas_and_their_history(page: Page, console: Console) -> None:
+    """A pool with SLOs and a minute of an EPP's samples: the worker's job (every 10 s here)
+    stores desired replicas and a point per run; the Overview shows the number and the chart."""
+    url = console.url
+    response = httpx.post(f"{url}/v1/pools", json={"name": "scaled"}, timeout=10)
+    assert response.status_code == 201, response.text
+    policy = console.policy("scaled")
+    slo = {"default_ttft_slo_ms": 2000, "default_tpot_slo_ms": 100, "target_slo_attainment": 0.9}
+    response = httpx.put(f"{url}/v1/policies/{policy['id']}", json=slo, timeout=10)
+    assert response.status_code == 200, response.text
+    entries = epp_samples()
+    response = httpx.post(
+        f"{url}/pools/scaled/add_training_data_bulk", json={"entries": entries}, timeout=30
+    )
+    assert response.status_code == 202, response.text
+    # Two runs of the job: the number, and a history of two points.
+    deadline = time.monotonic() + 180
+    desired = None
+    while time.monotonic() < deadline:
+        desired = console.api("/v1/pools/scaled/saturation")["desired_replicas"]
+        if desired is not None and desired["simulations"] < 10:  # a run after the calibrating one
+            break
+        time.sleep(2)
+    assert desired is not None, "no desired replicas within 3 minutes"
+
+    sign_in(page, "vera")
+    pool = page.locator("section[data-pool=scaled]")
+    expect(pool.get_by_test_id("desired-replicas")).to_have_text(re.compile(r"^[1-8]$"))
+    chart = pool.get_by_test_id("desired-chart")
+    expect(chart).to_be_visible()
+    expect(chart.locator("polyline")).to_have_count(2)  # desired and the pods the replay saw
+    # One read of the element (the page swaps itself every 5 s): a vertex per run on each line.
+    points, vertices = chart.evaluate(
+        "e => [Number(e.dataset.points),"
+        " [...e.querySelectorAll('polyline')].map(p => p.getAttribute('points').split(' ').length)]"
+    )
+    assert points >= 2 and vertices == [points, points]
+    screenshot(page, "overview-desired")
 
 
 def test_samples_page_shows_window_counts(page: Page, console: Console) -> None:

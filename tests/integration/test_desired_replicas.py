@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from backend.capacity import desired as desired_module
-from backend.capacity.desired import refresh_all
-from backend.capacity.models import DesiredReplicas
+from backend.capacity.desired import history, refresh_all
+from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.samples.models import Sample
 from backend.sim.fromsamples import record
 from backend.sim.replay import DEFAULT_SLO
@@ -93,6 +93,14 @@ def test_the_job_computes_desired_replicas_served_as_field_and_gauge(
     assert (again["profile"], again["scale"]) == (desired["profile"], desired["scale"])
     assert again["simulations"] < desired["simulations"]
 
+    # Each run is kept for the Overview's chart, in the database: every API replica draws it.
+    with runtime.sessions() as session:
+        points = history(session, 1, datetime.now(UTC) - timedelta(hours=1))
+    assert [p.replicas for p in points] == [desired["replicas"], again["replicas"]]
+    assert all(p.current_pods == 2 for p in points)
+    page = client.get("/ui/").text
+    assert 'data-testid="desired-chart" data-points="2"' in page
+
 
 def test_a_target_out_of_bounds_is_a_422(client: TestClient) -> None:
     for bad in (0.2, 1.0, "high"):
@@ -125,7 +133,25 @@ def test_too_little_traffic_removes_the_stale_number(client: TestClient) -> None
                 computed_at=datetime.now(UTC) - timedelta(minutes=5),
             )
         )
+        # A run from beyond the history's reach (an hour by default) and a recent one.
+        old = datetime.now(UTC) - timedelta(hours=2)
+        recent = datetime.now(UTC) - timedelta(minutes=5)
+        for at in (old, recent):
+            session.add(
+                DesiredReplicasPoint(
+                    pool_id=pool_id,
+                    computed_at=at,
+                    replicas=9,
+                    met=True,
+                    attainment=1.0,
+                    current_pods=2,
+                )
+            )
         session.commit()
     assert refresh_all(runtime.sessions, runtime.settings.capacity) == 0
     runtime.capacity.refresh()
     assert client.get("/v1/pools/default/saturation").json()["desired_replicas"] is None
+    # No new point for a run without an estimate; the old one is pruned, the recent one kept.
+    with runtime.sessions() as session:
+        kept = history(session, pool_id, datetime.now(UTC) - timedelta(days=1))
+    assert [p.computed_at for p in kept] == [recent]

@@ -12,10 +12,15 @@ import pytest
 
 from backend.advisor.search import Budget, candidates
 from backend.advisor.workloads import MIN_PART_REQUESTS, replay_parts, replay_workload
-from backend.capacity.desired import CALIBRATION_STEPS
 from backend.policies.schemas import PolicySpec
 from backend.scheduling.types import TransferConfig
-from backend.sim.fromsamples import build_workload, calibrate, record, rows_from_observations
+from backend.sim.fromsamples import (
+    CALIBRATION_STEPS,
+    build_workload,
+    calibrate,
+    record,
+    rows_from_observations,
+)
 from backend.sim.protocol import SUITES, Job, arrivals, figures, simulate_trace
 from backend.sim.routers import OURS, POLICIES
 from backend.sim.routers.base import RoutingPolicy

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+
 import numpy as np
 import pytest
 
 from backend.scheduling.types import TransferConfig
 from backend.sim.autoscale import (
     AutoscaleResult,
+    DesiredReplicas,
     Fixed,
     Fleet,
     Observation,
@@ -20,6 +23,7 @@ from backend.sim.autoscale import (
     step,
     warp,
 )
+from backend.sim.fromsamples import SampleRow, estimate_replicas, record, rows_from_observations
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.routers import OURS, make_policy
@@ -150,3 +154,64 @@ def test_recovery_is_measured_against_the_level_before_the_step() -> None:
     recovered = result.recovery_s(200.0)
     assert recovered is not None and 145.0 <= recovered <= 160.0
     assert result.recovery_s(10_000.0) is None  # no step inside the run
+
+
+def _no_level(pods: object, factor: float) -> float | None:
+    return None
+
+
+def test_desired_replicas_runs_the_services_estimate_on_the_posted_samples() -> None:
+    t = load_trace("azure-code").scaled(3.0).window(0.0, 60.0)
+    _, observations = record(t, 2, "a100-llama3-8b", "llm-d-322", SLO)
+    rows = rows_from_observations(observations)
+    asked: list[float] = []
+
+    def samples(seconds: float) -> list[SampleRow]:
+        asked.append(seconds)
+        return rows
+
+    scaler = DesiredReplicas(SLO, target=0.9, lookback_s=90.0, min_pods=1, max_pods=6)
+    obs = Observation(100.0, 2, 0, {}, _no_level, lambda s: None, samples)  # type: ignore[arg-type,return-value]
+    got = scaler.desired(obs)
+    # The service's path on the same rows gives the same count (the simulations are seeded).
+    expected = estimate_replicas(rows, SLO, 0.9, router="llm-d-322", max_replicas=6)
+    assert expected is not None and got == expected.desired.replicas
+    assert asked == [90.0] and scaler.runs[0].calibrated
+    # Within every_s it holds its answer without a run.
+    assert scaler.desired(replace(obs, now=120.0)) == got and len(scaler.runs) == 1
+    # The next run keeps the calibration, as the service keeps a pool's.
+    scaler.desired(replace(obs, now=131.0))
+    assert not scaler.runs[1].calibrated
+    assert scaler.runs[1].calibration is scaler.runs[0].calibration
+    # Too few samples: no estimate, the count stays.
+    few = DesiredReplicas(SLO, max_pods=6)
+    assert few.desired(replace(obs, replicas=5, samples=lambda s: rows[:10])) == 5
+    assert few.runs == []
+
+
+@dataclass
+class _Spy:
+    """Reads the samples of the last 30 s at every period and changes nothing."""
+
+    name: str = "spy"
+    seen: list[tuple[float, list[SampleRow]]] = field(default_factory=list)
+
+    def desired(self, obs: Observation) -> int:
+        self.seen.append((obs.now, obs.samples(30.0)))
+        return obs.replicas
+
+
+def test_the_loop_hands_scalers_the_samples_the_epp_posted() -> None:
+    spy = _Spy()
+    result = _run(0.3, 120.0, spy, Fleet(slots=4, min_pods=1, max_pods=2, startup_s=0, initial=2))
+    first = result.outcomes.arrival + result.outcomes.ttft_ms / 1000.0
+    assert len(spy.seen) >= 8
+    for now, rows in spy.seen:
+        assert all(now - 30.0 <= r.time_s <= now for r in rows)
+        ttft = [r for r in rows if r.target == "ttft"]
+        # One TTFT sample per request whose first token came in the window.
+        in_window = int(np.sum((first >= now - 30.0) & (first <= now)))
+        assert abs(len(ttft) - in_window) <= 1
+        assert {r.pod for r in rows} <= {"pod-0", "pod-1"}
+    late = [rows for now, rows in spy.seen if now >= 60.0]
+    assert all(any(r.target == "tpot" for r in rows) for rows in late)

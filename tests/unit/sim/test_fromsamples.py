@@ -6,11 +6,14 @@ import numpy as np
 import pytest
 
 from backend.sim.fromsamples import (
+    MIN_REQUESTS,
+    Calibration,
     PodModel,
     SampleRow,
     build_workload,
     calibrate,
     desired_replicas,
+    estimate_replicas,
     record,
     rows_from_observations,
     simulate,
@@ -125,6 +128,11 @@ def test_bisection_finds_the_smallest_count_meeting_the_target() -> None:
     miss = smallest_meeting(lambda n: min(0.6, n / 10), 0.9, 1, 64)
     assert (miss.replicas, miss.met) == (6, False)
     assert smallest_meeting(lambda n: 1.0, 0.9, 1, 8).replicas == 1
+    # A wider plateau settles for fewer pods (0.6 - 0.15: 5 pods); the bounds hold.
+    assert smallest_meeting(lambda n: min(0.6, n / 10), 0.9, 1, 64, plateau=0.15).replicas == 5
+    assert smallest_meeting(lambda n: 1.0, 0.9, 3, 8).replicas == 3
+    with pytest.raises(ValueError):
+        smallest_meeting(lambda n: 1.0, 0.9, 1, 8, plateau=-0.1)
 
 
 def _recorded(
@@ -188,3 +196,81 @@ def test_calibration_recovers_known_prefill_and_decode_scales() -> None:
     summary = split.summary()
     assert set(summary) >= {"prefill_scale", "decode_scale", "ttft_error", "tpot_error"}
     assert summary["simulations"] == len(split.tried) > len(joint.tried)
+
+
+def test_estimate_replicas_is_rebuild_calibrate_bisect_and_reuses_a_calibration() -> None:
+    """The one entry point the service's job and the simulator's autoscaler share."""
+    _, rows = _recorded("azure-code", 3.0, 60.0, 2)
+    profiles = ["a100-llama3-8b"]
+    est = estimate_replicas(rows, DEFAULT_SLO, 0.9, router="least-request", max_replicas=8)
+    assert est is not None and est.calibrated
+    # The same as composing the parts by hand.
+    w = build_workload(rows)
+    cal = calibrate(w, "least-request", DEFAULT_SLO, steps=3)
+    by_hand = desired_replicas(w, cal.pod, "least-request", DEFAULT_SLO, 0.9, max_replicas=8)
+    assert est.calibration.pod == cal.pod
+    assert (est.desired.replicas, est.desired.attainment) == (by_hand.replicas, by_hand.attainment)
+    assert est.simulations == len(cal.tried) + len(by_hand.evaluated)
+    # Given a calibration, only the bisection runs; the floor holds.
+    kept = calibrate(w, "least-request", DEFAULT_SLO, profiles=profiles, steps=1)
+    again = estimate_replicas(
+        rows,
+        DEFAULT_SLO,
+        0.9,
+        router="least-request",
+        max_replicas=8,
+        min_replicas=4,
+        calibrated=kept,
+    )
+    assert again is not None and not again.calibrated and again.calibration is kept
+    assert again.simulations == len(again.desired.evaluated)
+    assert again.desired.replicas >= 4
+    ttft = [r for r in rows if r.target == "ttft"]
+    few = ttft[: MIN_REQUESTS - 1]
+    assert estimate_replicas(few, DEFAULT_SLO, 0.9, router="least-request", max_replicas=8) is None
+
+
+def test_a_kept_calibration_whose_pod_cannot_hold_the_window_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from backend.sim import fromsamples
+
+    real = fromsamples.simulate
+
+    def small_cache(trace, pods, pod, policy, slo, seed=0):  # type: ignore[no-untyped-def]
+        if pod.profile == "a100-llama2-7b":  # as if this window held a request it cannot
+            raise RuntimeError("pod-0: one request outgrew the KV cache")
+        return real(trace, pods, pod, policy, slo, seed)
+
+    monkeypatch.setattr(fromsamples, "simulate", small_cache)
+    rows = [r for i in range(MIN_REQUESTS + 5) for r in _request(i * 2.0, 300.0, 400, 20)]
+    small = Calibration(PodModel("a100-llama2-7b"), 0.1, 0.1, 0.1)
+    est = estimate_replicas(
+        rows, DEFAULT_SLO, 0.9, router="least-request", max_replicas=4, calibrated=small
+    )
+    # Calibrated again: the profile that failed is ruled out (its error is infinite).
+    assert est is not None and est.calibrated
+    assert est.calibration.pod.profile != "a100-llama2-7b"
+    assert est.desired.met
+
+
+def test_a_pod_count_whose_simulation_breaks_down_misses_and_at_the_top_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from backend.sim import fromsamples
+
+    _, rows = _recorded("azure-code", 3.0, 20.0, 2)
+    w = build_workload(rows)
+    real = fromsamples.simulate
+
+    def fragile(trace, pods, pod, policy, slo, seed=0):  # type: ignore[no-untyped-def]
+        if pods < 3:  # as a pod whose KV cache cannot hold a long request among the others
+            raise RuntimeError("pod-0: one request outgrew the KV cache")
+        return real(trace, pods, pod, policy, slo, seed)
+
+    monkeypatch.setattr(fromsamples, "simulate", fragile)
+    pod = PodModel("a100-llama3-8b")
+    d = desired_replicas(w, pod, "least-request", DEFAULT_SLO, 0.5, max_replicas=8)
+    assert d.replicas == 3 and d.evaluated[2] == 0.0
+    with pytest.raises(RuntimeError):
+        desired_replicas(w, pod, "least-request", DEFAULT_SLO, 0.5, max_replicas=2)

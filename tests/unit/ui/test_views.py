@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from backend import migrate
+from backend.capacity.models import DesiredReplicasPoint
 from backend.capacity.service import PoolReport
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.pools.models import Pool
@@ -23,7 +24,7 @@ from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
 from backend.scheduling.saturation import Headroom, PodLevel, Saturation
 from backend.settings import Settings, UISettings, WindowSettings
-from backend.ui.views import overview, saturation_panel
+from backend.ui.views import overview, replica_chart, saturation_panel
 from tests.factories import entry
 
 SPEC = WindowSpec.from_settings(WindowSettings())
@@ -204,3 +205,28 @@ def test_the_overview_shows_the_saturation_panel_with_its_history(session: Sessi
     idle = saturation_panel(PoolReport("default", "no_slo", now, None, 0, (), None, None, 1), [])
     assert idle is not None and idle.level is None and idle.lines == []
     assert idle.reason == "the pool's policy sets no SLO"
+
+
+def test_the_desired_replicas_chart_scales_to_the_most_pods_seen() -> None:
+    now = datetime.now(UTC)
+
+    def point(seconds_ago: float, replicas: int, pods: int) -> DesiredReplicasPoint:
+        at = now - timedelta(seconds=seconds_ago)
+        return DesiredReplicasPoint(
+            pool_id=1,
+            computed_at=at,
+            replicas=replicas,
+            met=True,
+            attainment=0.9,
+            current_pods=pods,
+        )
+
+    chart = replica_chart([point(60, 2, 4), point(30, 8, 4), point(0, 4, 6)])
+    assert chart is not None and (chart.top, chart.points, chart.span_s) == (8, 3, 60.0)
+    # 0 pods at the bottom (48), 8 at the top (0); oldest left, newest right.
+    assert chart.desired == "0.0,36.0 120.0,0.0 240.0,24.0"
+    assert chart.current == "0.0,24.0 120.0,24.0 240.0,12.0"
+    assert replica_chart([]) is None
+    report = PoolReport("default", "no_model", now, None, 0, (), 500.0, 50.0, 1)
+    # The chart needs the current number: without it (no run stored) there is none.
+    assert saturation_panel(report, [], None, [point(0, 4, 6)]).desired_chart is None  # type: ignore[union-attr]
