@@ -109,6 +109,7 @@ def ours_config(transfer: TransferConfig, pd_selection: str = "joint") -> Predic
         learn_transfer=True,
         per_class=True,
         live_calibration=True,
+        count_decided=True,
     )
 
 
