@@ -14,7 +14,8 @@ Printed per (suite, load, policy, target): the floor's and the live predictions'
 bias and p90 absolute error on the sampled requests (like for like), mean and min-max over the
 seeds; ``live_over_floor``, the ratio of the live MAPE to the floor's per seed; the live median
 bias per load decile (all requests with a prediction) with its worst decile; and for TPOT, when
-the policy's predictor gives a p90, the share of actuals under it per load decile; and the runs' SLO attainment.
+the policy's predictor gives a p90, the share of actuals under it per load decile; and the runs'
+SLO attainment.
 """
 
 from __future__ import annotations

@@ -221,9 +221,7 @@ def decompose(
         "floor": result.floor_ttft_ms[rids],
     }
     table = {name: _mape(est[sampled], y[sampled]) for name, est in estimates.items()}
-    table_all = {
-        name: _mape(est, y) for name, est in estimates.items() if name != "floor"
-    }
+    table_all = {name: _mape(est, y) for name, est in estimates.items() if name != "floor"}
     rel = (live - y) / y
     load = result.dispatch_load[rids]
     by_load = []
@@ -254,11 +252,9 @@ def decompose(
             }
         )
     # How stale the scraped gauges were against the truth at decision time.
-    stale = {
-        k: round(float(np.mean(np.abs(wire[k] - extra[k]))), 3) for k in TRUE_GAUGES
-    }
+    stale = {k: round(float(np.mean(np.abs(wire[k] - extra[k]))), 3) for k in TRUE_GAUGES}
     return {
-        "rows": int(len(rids)),
+        "rows": len(rids),
         "sampled": int(sampled.sum()),
         "ttft_sampled": table,
         "ttft_all": table_all,
@@ -288,9 +284,7 @@ def main(argv: list[str]) -> int:
                 "seed": seed,
                 "slice": i + 1,
                 "wall_s": round(time.perf_counter() - started, 1),
-                **decompose(
-                    sim, policy, result, f"{args.dump}.{seed}.npz" if args.dump else None
-                ),
+                **decompose(sim, policy, result, f"{args.dump}.{seed}.npz" if args.dump else None),
             }
         )
     print(
