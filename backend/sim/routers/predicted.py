@@ -151,15 +151,8 @@ class PredictedLatency(RoutingPolicy):
     def _prefix_scores(self, req: Request) -> list[float]:
         if self._index is not None:
             return self._index.scores(req.units, self._pods)
-        # KV events report cached blocks of 16 tokens, so the score is the share of the
-        # prompt's tokens cached, not of its 512-token trace units: with units, the last,
-        # partial unit counted as a whole one (a 1,053-token prompt with 2 of its 3 units
-        # cached scored 0.67, 351 uncached tokens for a true 29).
-        servers, prompt = self.view.servers, max(req.prompt, 1)
-        return [
-            min(servers[p].prefix_hit_units(req.units) * UNIT_TOKENS, prompt) / prompt
-            for p in self._pods
-        ]
+        servers, total = self.view.servers, len(req.units) or 1
+        return [servers[p].prefix_hit_units(req.units) / total for p in self._pods]
 
     def _predict(
         self, candidates: Sequence[Candidate], request: object
