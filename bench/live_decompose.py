@@ -1,7 +1,7 @@
 """Where the live TTFT error goes: a decomposition against the present-state floor. JSON.
 
     .venv/bin/python bench/live_decompose.py [--suite azure:4] [--seeds 0] [--requests N]
-        [--fresh-gauges]
+        [--fresh-gauges] [--count-decided]
 
 Runs Headroom's policy on evaluation slice ``i + 1`` with seed ``seeds[i]`` (the settings of
 ``bench/live_accuracy.py``: benchmark defaults, the floor on every 10th request after 60 s) and
@@ -31,6 +31,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,9 @@ def true_state(server: Server, req: Request, now: float) -> dict[str, float]:
 class Recording(PredictedLatency):
     """Headroom's policy, recording at each decision what its chosen pod really held."""
 
-    def __init__(self, transfer: TransferConfig, seed: int) -> None:
-        super().__init__(OURS, OURS_PREDICTED, ours_config(transfer), seed=seed)
+    def __init__(self, transfer: TransferConfig, seed: int, count_decided: bool = False) -> None:
+        config = replace(ours_config(transfer), count_decided=count_decided)
+        super().__init__(OURS, OURS_PREDICTED, config, seed=seed)
         self.extra: dict[int, dict[str, float]] = {}
         self._dispatch_times: list[list[float]] = []
 
@@ -123,12 +125,14 @@ class Recording(PredictedLatency):
             self._dispatch_times[route.pod].append(now)
 
 
-def simulate(suite: str, load: float, replicate: int, seed: int, n: int, fresh: bool) -> Any:
+def simulate(
+    suite: str, load: float, replicate: int, seed: int, n: int, fresh: bool, decided: bool
+) -> Any:
     s = SUITES[suite]
     job = Job(s, replicate + 1, n, load, OURS, (), seed, ())
     pool = list(_pool(s))
     transfer = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
-    policy = Recording(transfer, seed)
+    policy = Recording(transfer, seed, decided)
     config = SimConfig(
         Slo(s.ttft_slo_ms, s.tpot_slo_ms),
         seed=seed,
@@ -271,6 +275,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--fresh-gauges", action="store_true")
+    parser.add_argument(
+        "--count-decided", action="store_true", help="the router counts its undispatched decisions"
+    )
     parser.add_argument("--dump", default=None, help="save each run's rows here (.npz, per seed)")
     args = parser.parse_args(argv)
     name, _, load = args.suite.partition(":")
@@ -278,7 +285,9 @@ def main(argv: list[str]) -> int:
     runs = []
     for i, seed in enumerate(int(s) for s in args.seeds.split(",")):
         started = time.perf_counter()
-        sim, policy, result = simulate(name, float(load), i, seed, n, args.fresh_gauges)
+        sim, policy, result = simulate(
+            name, float(load), i, seed, n, args.fresh_gauges, args.count_decided
+        )
         runs.append(
             {
                 "seed": seed,
@@ -295,6 +304,7 @@ def main(argv: list[str]) -> int:
                     "suite": args.suite,
                     "requests_per_slice": n,
                     "fresh_gauges": args.fresh_gauges,
+                    "count_decided": args.count_decided,
                     "floor_every": FLOOR_EVERY,
                     "cross_fit_block": BLOCK,
                 },

@@ -53,10 +53,11 @@ class PredictedConfig:
     """One model per GPU class (profile) rather than one per pool: in the service, a pool per
     class. The wire features carry no GPU class, so one model averages A100 and H100 pods."""
     count_decided: bool = False
-    """Headroom's: requests this router has decided but not yet dispatched (their predictor
-    call is still returning) count in a pod's in-flight work (``prefill_tokens_in_flight``,
-    ``dispatched_requests``) from the decision on, as ``/v1/schedule`` knows what it just
-    decided. Upstream's EPP counts a request only once it is dispatched, so requests decided
+    """Requests this router has decided but not yet dispatched (their predictor call is still
+    returning) count in a pod's in-flight work (``prefill_tokens_in_flight``,
+    ``dispatched_requests``) from the decision on, as a router that records its own decisions
+    would. ``/v1/schedule`` does not record them yet, so it is off in Headroom's policy too.
+    Upstream's EPP counts a request only once it is dispatched, so requests decided
     concurrently do not see each other (issue 17: on Azure code at load 4, 13 % of requests had
     such a twin on their pod, and their TTFT error was 48 % against 17 % for the rest)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -13,15 +14,20 @@ from backend.sim.routers import LLMD_PREDICTED_BEST, OURS, make_policy
 from backend.sim.routers.base import Route
 from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.server import Request, Server
-from backend.sim.traces.loader import UNIT_TOKENS
 from backend.sim.view import RouterView
 
 from .helpers import SLO
 
 
-def bound(name: str, pods: int = 3) -> tuple[PredictedLatency, RouterView]:
+def bound(
+    name: str, pods: int = 3, count_decided: bool = False
+) -> tuple[PredictedLatency, RouterView]:
     policy = make_policy(name, TransferConfig(), 0)
     assert isinstance(policy, PredictedLatency)
+    if count_decided:
+        policy = PredictedLatency(
+            name, policy.reproduces, replace(policy.config, count_decided=True), seed=0
+        )
     specs = build_pool(pods, "a100-llama3-8b")
     servers = [Server(i, s.name, load_profile(s.profile)) for i, s in enumerate(specs)]
     view = RouterView(servers, SLO, random.Random(0), TransferConfig())
@@ -39,8 +45,8 @@ def route(policy: PredictedLatency, rid: int, prompt: int) -> Route:
     return policy.route(Request(rid, 0.0, prompt, 10, [1000 + rid], 0))
 
 
-def test_headroom_counts_a_decision_from_the_moment_it_is_made_until_dispatch() -> None:
-    policy, _ = bound(OURS)
+def test_count_decided_counts_a_decision_from_the_moment_it_is_made_until_dispatch() -> None:
+    policy, _ = bound(OURS, count_decided=True)
     first = route(policy, 0, 3000)
     second = route(policy, 1, 100)
     # The first request is decided, its predictor call still returning: not yet dispatched.
@@ -53,22 +59,11 @@ def test_headroom_counts_a_decision_from_the_moment_it_is_made_until_dispatch() 
     assert in_flight(policy, second.pod) == (0, 0)
 
 
-def test_upstream_counts_a_request_only_once_dispatched() -> None:
-    policy, _ = bound(LLMD_PREDICTED_BEST)
+@pytest.mark.parametrize("name", [OURS, LLMD_PREDICTED_BEST])
+def test_by_default_a_request_counts_only_once_dispatched(name: str) -> None:
+    # Headroom's policy as the service runs it (/v1/schedule keeps no record of its decisions
+    # yet) and upstream's EPP alike.
+    policy, _ = bound(name)
     first = route(policy, 0, 3000)
     route(policy, 1, 100)
     assert in_flight(policy, first.pod) == (0, 0)
-
-
-@pytest.mark.parametrize("name", [OURS, LLMD_PREDICTED_BEST])
-def test_precise_prefix_score_is_the_share_of_prompt_tokens_cached(name: str) -> None:
-    policy, view = bound(name)
-    kv = view.servers[0].kv
-    for unit in (11, 12):
-        kv.allocate(UNIT_TOKENS // 16)
-        kv.adopt(unit, UNIT_TOKENS // 16)
-        kv.unref(unit)
-    # Two of three units cached: 1,024 of 1,053 tokens, not two thirds.
-    scores = policy._prefix_scores(Request(0, 0.0, 1053, 10, [11, 12, 13], 0))
-    assert scores[0] == pytest.approx(1024 / 1053)
-    assert scores[1:] == [0.0, 0.0]
