@@ -14,7 +14,8 @@ Printed per (suite, load, policy, target): the floor's and the live predictions'
 bias and p90 absolute error on the sampled requests (like for like), mean and min-max over the
 seeds; ``live_over_floor``, the ratio of the live MAPE to the floor's per seed; the live median
 bias per load decile (all requests with a prediction) with its worst decile; and for TPOT, when
-the policy's predictor gives a p90, the share of actuals under it per load decile.
+the policy's predictor gives a p90, the share of actuals under it per load decile; and the runs'
+SLO attainment.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.sim.protocol import SUITES, Job, machine, simulate
+from backend.sim.protocol import SUITES, Job, figures, machine, simulate
 from backend.sim.routers import LLMD_PREDICTED_BEST, OURS
+from backend.sim.view import Slo
 
 FLOOR_EVERY = 10
 FLOOR_WARMUP_S = 60.0
@@ -47,12 +49,16 @@ def run_one(
     sim = (("floor_every", FLOOR_EVERY), ("floor_warmup_s", FLOOR_WARMUP_S))
     job = Job(SUITES[suite], replicate + 1, n, load, policy, (), seed, sim)
     started = time.perf_counter()
-    error = simulate(job).prediction_error()
+    result = simulate(job)
+    s = SUITES[suite]
     return {
         "seed": seed,
         "slice": replicate + 1,
         "wall_s": round(time.perf_counter() - started, 2),
-        "error": error,
+        "error": result.prediction_error(),
+        # Routing's outcome beside its predictions' error: a change to what the router knows
+        # changes its decisions too.
+        "slo_attainment": figures(result, Slo(s.ttft_slo_ms, s.tpot_slo_ms))["slo_attainment"],
     }
 
 
@@ -99,6 +105,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             (abs(d["mean"]) for d in per_decile if d["mean"] is not None), default=None
         )
         out[target] = row
+    out["slo_attainment"] = _stats([r["slo_attainment"] for r in runs])
     coverage = [r["error"]["tpot_p90_coverage"] for r in runs]
     if any("share_pct" in c for c in coverage):
         out["tpot"]["p90_coverage"] = {

@@ -73,6 +73,8 @@ class SimConfig:
     slo: Slo
     seed: int = 0
     scrape_interval_s: float = 0.05
+    """How often the router scrapes each pod's gauges (llm-d's 50 ms). 0 is a measurement
+    option only: the router reads every pod's present gauges, which no real router can."""
     retrain_interval_s: float = 10.0
     sheddable_fraction: float = 0.0
     """Share of requests with priority -1 (the SLO admitter may shed them); the rest are 0."""

@@ -2,7 +2,8 @@
 
 Gauges (KV-cache usage, waiting and running requests) are scraped from each pod every
 ``scrape_interval_s`` (llm-d's ``RefreshMetricsInterval``, 50 ms), each pod on its own phase, so
-the router sees every pod as it was at its last scrape, up to 50 ms ago. The router's own
+the router sees every pod as it was at its last scrape, up to 50 ms ago (``scrape_interval_s =
+0``, for measurement only: the pods' present gauges, which no router can read). The router's own
 counts are exact and immediate, as they are in a real router: requests dispatched to a pod and
 not yet finished, uncached prompt tokens dispatched and not yet past their first token
 (upstream's in-flight load), and prompt tokens of requests in decode.
@@ -54,6 +55,9 @@ class RouterView:
         return bool(self.prefill_pods) and bool(self.decode_pods)
 
     def last_scrape(self, pod: int) -> float:
+        if self.scrape_interval_s <= 0:
+            # A measurement option, not a router: the gauges read as the pods hold them now.
+            return self.now
         phase = self.phases[pod]
         if self.now < phase:
             return -1.0
