@@ -13,8 +13,11 @@ For one suite of the benchmark protocol (``mooncake`` or ``azure``) at its highe
    difference.
 
 Prints JSON (and writes it with ``--out``). Reduced scale by default: say so when quoting it.
+With ``--cache`` the peers' simulations are shared with the protocol's runs
+(``bench/routing.py --protocol ... --cache DIR``): the same jobs on the same code are read, not
+rerun.
 
-    python bench/advisor.py --suite azure --requests 500
+    python bench/advisor.py --suite azure-code --requests 2000 --cache results/runs
 """
 
 from __future__ import annotations
@@ -79,6 +82,12 @@ def main() -> None:
     parser.add_argument("--finalists", type=int, default=3)
     parser.add_argument("--out", type=Path)
     parser.add_argument(
+        "--cache",
+        type=Path,
+        help="the protocol's simulation cache (bench/routing.py --cache): the peers' runs are "
+        "read from it where a protocol run of the same code already made them, and added to it",
+    )
+    parser.add_argument(
         "--no-peers", action="store_true", help="time the advisor only (no protocol run)"
     )
     args = parser.parse_args()
@@ -111,6 +120,7 @@ def main() -> None:
             policies=PEERS,
             capacity_steps=0,
             workers=1,
+            cache=args.cache,
         )
     )
     pick = advice["ranking"][advice["pick"]]
@@ -118,7 +128,11 @@ def main() -> None:
     # The best Headroom-only candidate (needs /v1/schedule) against the same peers.
     headroom_only = next((r for r in advice["ranking"] if r["kind"] == "schedule"), None)
     out: dict[str, Any] = {
-        "scale": f"reduced: {args.requests} requests per slice (the protocol's is {full})",
+        "scale": (
+            f"full: {full} requests per slice, as the protocol"
+            if args.requests == full
+            else f"reduced: {args.requests} requests per slice (the protocol's is {full})"
+        ),
         "suite": args.suite,
         "load": workload.load,
         "budget": dataclasses.asdict(budget),
@@ -131,6 +145,8 @@ def main() -> None:
             ],
             "screened": advice["screened"],
         },
+        # The peers' runs: how many came from the cache rather than being simulated here.
+        "peers_timing": protocol["timing"],
         "pick_vs_peers": comparisons,
         "headroom_only": None
         if headroom_only is None
