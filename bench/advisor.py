@@ -13,8 +13,12 @@ For one suite of the benchmark protocol (``mooncake`` or ``azure``) at its highe
    difference.
 
 Prints JSON (and writes it with ``--out``). Reduced scale by default: say so when quoting it.
+With ``--cache`` the peers' simulations are shared with the protocol's runs
+(``bench/routing.py --protocol ... --cache DIR``): the same jobs on the same code are read, not
+rerun. With ``--peers FILE`` they are taken from a finished protocol result of the same suite,
+slice size and seeds (checked; the code it ran on is not).
 
-    python bench/advisor.py --suite azure --requests 500
+    python bench/advisor.py --suite azure-code --requests 2000 --cache results/runs
 """
 
 from __future__ import annotations
@@ -70,6 +74,28 @@ def _against_peers(row: dict[str, Any], peers: list[dict[str, Any]]) -> list[dic
     return out
 
 
+def _check_same_runs(
+    protocol: dict[str, Any], suite: str, requests: int, seeds: int, load: float
+) -> None:
+    """Refuse a protocol result whose peers did not run on the advisor's held-out slices and
+    seeds, at its load, on the default simulator; the code it ran on is the caller's word."""
+    described = protocol["protocol"]
+    wrong = {
+        "suite": (described["suite"]["name"], suite),
+        "slice_requests": (described["slice_requests"], requests),
+        "seeds": (described["seeds"], list(range(seeds))),
+        "sim_options": (described["sim_options"], {}),
+        "load_basis": (described["load_basis"], "trace"),
+    }
+    bad = {k: v for k, v in wrong.items() if v[0] != v[1]}
+    missing = sorted(set(PEERS) - {r["policy"] for r in protocol["results"] if r["load"] == load})
+    problems = ([f"{k}: {v[0]} (the advisor's: {v[1]})" for k, v in bad.items()]) + (
+        [f"no runs at load {load:g} of {', '.join(missing)}"] if missing else []
+    )
+    if problems:
+        raise SystemExit("--peers: not the advisor's runs: " + "; ".join(problems))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", choices=sorted(SHIPPED), default="azure-code")
@@ -78,6 +104,19 @@ def main() -> None:
     parser.add_argument("--survivors", type=int, default=6)
     parser.add_argument("--finalists", type=int, default=3)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        help="the protocol's simulation cache (bench/routing.py --cache): the peers' runs are "
+        "read from it where a protocol run of the same code already made them, and added to it",
+    )
+    parser.add_argument(
+        "--peers",
+        type=Path,
+        help="a finished protocol result of this suite (bench/routing.py --protocol ... --out) "
+        "at these slice sizes and seeds, made on this code: its peers at the advisor's load are "
+        "compared instead of being run again",
+    )
     parser.add_argument(
         "--no-peers", action="store_true", help="time the advisor only (no protocol run)"
     )
@@ -103,22 +142,32 @@ def main() -> None:
         return
 
     suite = dataclasses.replace(SUITES[SHIPPED[args.suite]], slice_requests=args.requests)
-    protocol = run_protocol(
-        ProtocolConfig(
-            suite,
-            seeds=tuple(range(args.seeds)),
-            loads=(workload.load,),
-            policies=PEERS,
-            capacity_steps=0,
-            workers=1,
+    if args.peers is not None:
+        protocol = json.loads(args.peers.read_text(encoding="utf-8"))
+        _check_same_runs(protocol, suite.name, args.requests, args.seeds, workload.load)
+    else:
+        protocol = run_protocol(
+            ProtocolConfig(
+                suite,
+                seeds=tuple(range(args.seeds)),
+                loads=(workload.load,),
+                policies=PEERS,
+                capacity_steps=0,
+                workers=1,
+                cache=args.cache,
+            )
         )
-    )
+    peers = [r for r in protocol["results"] if r["load"] == workload.load and r["policy"] in PEERS]
     pick = advice["ranking"][advice["pick"]]
-    comparisons = _against_peers(pick, protocol["results"])
+    comparisons = _against_peers(pick, peers)
     # The best Headroom-only candidate (needs /v1/schedule) against the same peers.
     headroom_only = next((r for r in advice["ranking"] if r["kind"] == "schedule"), None)
     out: dict[str, Any] = {
-        "scale": f"reduced: {args.requests} requests per slice (the protocol's is {full})",
+        "scale": (
+            f"full: {full} requests per slice, as the protocol"
+            if args.requests == full
+            else f"reduced: {args.requests} requests per slice (the protocol's is {full})"
+        ),
         "suite": args.suite,
         "load": workload.load,
         "budget": dataclasses.asdict(budget),
@@ -131,13 +180,17 @@ def main() -> None:
             ],
             "screened": advice["screened"],
         },
+        # Where the peers' runs came from: the file named, or this run (with how many of its
+        # simulations were read from the cache).
+        "peers_from": str(args.peers) if args.peers is not None else "this run",
+        "peers_timing": protocol["timing"],
         "pick_vs_peers": comparisons,
         "headroom_only": None
         if headroom_only is None
         else {
             "label": headroom_only["label"],
             "held_out": headroom_only["held_out"],
-            "vs_peers": _against_peers(headroom_only, protocol["results"]),
+            "vs_peers": _against_peers(headroom_only, peers),
         },
         "machine": machine(),
     }
