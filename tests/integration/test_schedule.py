@@ -171,7 +171,8 @@ def test_epp_config_reflects_policy_edits(client: TestClient) -> None:
     pid = policy_id(client)
     client.put(
         f"/v1/policies/{pid}",
-        json={"strategy": "most", "ttft_weight": 0.6, "epsilon_explore_neg": 0.05},
+        # A new pool's strategy is `most`: upstream's `least` is the edit.
+        json={"strategy": "least", "ttft_weight": 0.6, "epsilon_explore_neg": 0.05},
     )
     r = client.get(f"/v1/policies/{pid}/epp-config")
     assert r.status_code == 200
@@ -181,7 +182,7 @@ def test_epp_config_reflects_policy_edits(client: TestClient) -> None:
     assert config["kind"] == "EndpointPickerConfig"
     plugins = {p.get("name", p["type"]): p for p in config["plugins"]}
     scorer = plugins["latency-scorer"]["parameters"]
-    assert scorer["headroomSelectionStrategy"] == "most"
+    assert scorer["headroomSelectionStrategy"] == "least"
     assert scorer["ttftWeight"] == 0.6
     assert plugins["slo-headroom-tier-filter"]["parameters"]["epsilonExploreNeg"] == 0.05
     assert plugins["strict-affinity-filter"]["parameters"]["affinityThreshold"] == 0.99
