@@ -8,8 +8,10 @@ Two sources, one interface (:class:`backend.advisor.search.Workload`):
   so.
 * ``pool-replay``: the pool's own traffic rebuilt from its recent samples
   (``backend/sim/fromsamples.py``), read and calibrated the way desired replicas does it
-  (``backend/capacity/desired.py``: the same lookback, the same cached calibration), on the pod
-  count seen, at the load it was recorded at. The default when the pool has enough traffic.
+  (``backend/capacity/desired.py``: the same lookback, the calibration cached per pool and
+  router), on the pod count seen, at the load it was recorded at. The default when the pool has
+  enough traffic. The replay is calibrated routed by the pool's active policy where that costs
+  what desired replicas' router costs (:func:`calibration_router`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ from typing import Final
 import numpy as np
 from sqlalchemy.orm import Session
 
-from backend.advisor.search import Budget, Workload
-from backend.capacity.desired import policy_slo, pool_calibration, recent_rows
+from backend.advisor.search import Budget, Workload, protocol_policy
+from backend.capacity.desired import (
+    CalibrationRouter,
+    desired_router,
+    policy_slo,
+    pool_calibration,
+    recent_rows,
+)
 from backend.exceptions import Invalid
 from backend.policies.schemas import PolicySpec
 from backend.policies.service import policy_for_pool, spec_of
@@ -35,6 +43,7 @@ from backend.sim.fromsamples import Calibration, build_workload
 from backend.sim.fromsamples import Workload as SampleWorkload
 from backend.sim.pool import build_pool
 from backend.sim.protocol import SUITES, Job, arrivals
+from backend.sim.routers import POLICIES
 from backend.sim.traces.loader import Trace
 from backend.sim.view import Slo
 
@@ -94,6 +103,38 @@ def replay_problem(
     return _too_little(count_recent(session, pool_id, since, TargetCode.TTFT), settings, budget)
 
 
+LEARNS_ONLINE: Final = (
+    "the active policy's predicted-latency chain learns online in the simulator (it trains the "
+    "predictor as it routes): 6-12 times a load chain's CPU per run in the protocol's runs, over "
+    "a calibration's dozens of runs, too slow for advice"
+)
+
+
+def calibration_router(
+    spec: PolicySpec, settings: CapacitySettings
+) -> tuple[CalibrationRouter, str | None]:
+    """What routes the replay while the pod is calibrated: the pool's active policy (the router
+    its samples were taken under), as the advisor runs it, when the simulator runs it without
+    learning; else desired replicas' router. Also why it is not the active policy (None: it is).
+
+    The load chains (``llm-d-default``, ``load-prefix``, ``lmetric``) decide with the library's
+    cores and cost what desired replicas' router costs. The predicted-latency chain trains its
+    predictor online in every simulation: in the protocol's full-scale runs one took 6.4-12.3
+    times the wall time of load+prefix 3:2:2 on the same slice (docs/results/*_protocol.json),
+    and a calibration is dozens of runs on the whole replay (about 80 minutes for a 3,000-request
+    Mooncake replay against 6.5), far beyond the advice's budget of 15 minutes on one core."""
+    if spec.chain == "predicted-latency":
+        return desired_router(settings), LEARNS_ONLINE
+    policy, options = protocol_policy(spec)
+    if not options:
+        # By name: the same key as desired replicas' when it is the same router (load+prefix
+        # 3:2:2), so both share one calibration.
+        return CalibrationRouter(policy, policy), None
+    name = f"{policy}({', '.join(f'{k}={v}' for k, v in options)})"
+    factory, opts = POLICIES[policy], dict(options)
+    return CalibrationRouter(name, lambda fabric, seed: factory(fabric, seed, opts)), None
+
+
 def pool_replay(
     session: Session,
     pool_id: int,
@@ -104,7 +145,8 @@ def pool_replay(
 ) -> Workload:
     """The pool's recent traffic as the advisor's workload: ``budget.seeds + 1`` parts on the
     calibrated pod, the policy's SLOs. ``Invalid`` when the pool cannot be replayed."""
-    slo = policy_slo(spec_of(policy_for_pool(session, pool_id)))
+    spec = spec_of(policy_for_pool(session, pool_id))
+    slo = policy_slo(spec)
     if slo is None:
         raise Invalid(f"pool-replay: {NO_SLO}", field="workload")
     rows = recent_rows(session, pool_id, settings, now)
@@ -117,22 +159,40 @@ def pool_replay(
         replay_parts(replay.trace, budget.seeds + 1, budget.requests)
     except ValueError as exc:  # TTFT samples that rebuild fewer requests than counted
         raise Invalid(f"pool-replay: {exc}", field="workload") from exc
-    progress(0.0, "calibrating the simulated pod to the pool's latencies")
-    cal, reused = pool_calibration(pool_id, replay, slo, settings)
-    workload = replay_workload(replay, cal, slo, budget)
-    details = {**workload.details, "calibration": {**cal.summary(), "reused": reused}}
+    router, fallback = calibration_router(spec, settings)
+    progress(0.0, f"calibrating the simulated pod to the pool's latencies, routed by {router.name}")
+    cal, reused = pool_calibration(pool_id, replay, slo, settings, router)
+    workload = replay_workload(replay, cal, slo, budget, router.name, fallback)
+    details = {
+        **workload.details,
+        "calibration": {**workload.details["calibration"], "reused": reused},
+    }
     return dataclasses.replace(
         workload, details={**details, "lookback_s": settings.desired_lookback_s}
     )
 
 
-def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: Budget) -> Workload:
+def replay_workload(
+    replay: SampleWorkload,
+    cal: Calibration,
+    slo: Slo,
+    budget: Budget,
+    routed_by: str,
+    fallback: str | None = None,
+) -> Workload:
     """A replay built from samples, on its calibrated pod, as the advisor's workload (pure: the
-    service above and ``bench/advisor_replay.py`` share it). ``ValueError``: too few requests."""
+    service above and ``bench/advisor_replay.py`` share it). ``routed_by`` names the router the
+    calibration ran, ``fallback`` why it is not the pool's active policy (None: it is).
+    ``ValueError``: too few requests."""
     parts = replay_parts(replay.trace, budget.seeds + 1, budget.requests)
     pods = max(1, len(replay.pods))
     n = len(replay.trace)
     error = f"{cal.error:.3f}" if math.isfinite(cal.error) else "unknown"
+    routing = (
+        f"routed by the pool's active policy ({routed_by})"
+        if fallback is None
+        else f"routed by {routed_by}, not the pool's active policy: {fallback}"
+    )
     return Workload(
         name=POOL_REPLAY,
         source="pool-replay",
@@ -141,7 +201,7 @@ def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: 
             f"({replay.drawn_outputs} of {n} output lengths drawn, not paired), "
             f"{pods} pods seen, simulated as {cal.pod.profile} (prefill x"
             f"{cal.pod.prefill_scale:.2f}, decode x{cal.pod.decode_scale:.2f}) "
-            f"(calibration error {error}), at the recorded rate"
+            f"(calibration error {error}, {routing}), at the recorded rate"
         ),
         parts=parts,
         pool=build_pool(pods, cal.pod.profile),
@@ -154,7 +214,15 @@ def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: 
             "decode_scale": cal.pod.decode_scale,
             "spread_ties": False,
         },
-        details={**replay.summary(), "calibration": cal.summary()},
+        details={
+            **replay.summary(),
+            "calibration": {
+                **cal.summary(),
+                "router": routed_by,
+                "router_is_active_policy": fallback is None,
+                "router_fallback": fallback,
+            },
+        },
     )
 
 
