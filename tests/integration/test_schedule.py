@@ -118,7 +118,10 @@ def test_sheddable_objective_is_rejected_only_when_no_pod_can_meet_the_slo(
 
 
 def test_best_fit_picker_takes_the_smallest_positive_headroom(trained: TestClient) -> None:
-    trained.put(f"/v1/policies/{policy_id(trained)}", json={"picker": "best_fit"})
+    # Best fit at upstream's strategy, `least` (a new pool's is `most`: the largest).
+    trained.put(
+        f"/v1/policies/{policy_id(trained)}", json={"picker": "best_fit", "strategy": "least"}
+    )
     pods = [pod(f"p{i}", num_request_running=4 * i, kv_cache_percentage=0.05 * i) for i in range(8)]
     out = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60)
     traces = out["decision"]["candidates"]
