@@ -10,8 +10,8 @@ Two sources, one interface (:class:`backend.advisor.search.Workload`):
   (``backend/sim/fromsamples.py``), read and calibrated the way desired replicas does it
   (``backend/capacity/desired.py``: the same lookback, the calibration cached per pool and
   router), on the pod count seen, at the load it was recorded at. The default when the pool has
-  enough traffic. The replay is calibrated routed by the pool's active policy where that costs
-  what desired replicas' router costs (:func:`calibration_router`).
+  enough traffic. The replay is calibrated routed by the pool's active policy, unless that is
+  the predicted-latency chain on a replay too long for its cost (:func:`calibration_router`).
 """
 
 from __future__ import annotations
@@ -103,28 +103,32 @@ def replay_problem(
     return _too_little(count_recent(session, pool_id, since, TargetCode.TTFT), settings, budget)
 
 
-LEARNS_ONLINE: Final = (
-    "the active policy's predicted-latency chain learns online in the simulator (it trains the "
-    "predictor as it routes): 6-12 times a load chain's CPU per run in the protocol's runs, over "
-    "a calibration's dozens of runs, too slow for advice"
-)
+# Measured (docs/benchmarks.md, "The advisor on the pool's own traffic"): one calibration of a
+# 600-request Mooncake replay on 8 pods, 53 simulations, took 83.9 CPU s routed by a new pool's
+# predicted chain against 11.8 routed by load+prefix 3:2:2.
+LEARNING_COST: Final = "about 7 times the CPU of desired replicas' router"
 
 
 def calibration_router(
-    spec: PolicySpec, settings: CapacitySettings
+    spec: PolicySpec, settings: CapacitySettings, requests: int, learning_max_requests: int
 ) -> tuple[CalibrationRouter, str | None]:
     """What routes the replay while the pod is calibrated: the pool's active policy (the router
-    its samples were taken under), as the advisor runs it, when the simulator runs it without
-    learning; else desired replicas' router. Also why it is not the active policy (None: it is).
+    its samples were taken under), as the advisor runs it; desired replicas' router instead when
+    the active policy is the predicted-latency chain and the replay has more than
+    ``learning_max_requests`` requests. Also why it is not the active policy (None: it is).
 
     The load chains (``llm-d-default``, ``load-prefix``, ``lmetric``) decide with the library's
     cores and cost what desired replicas' router costs. The predicted-latency chain trains its
-    predictor online in every simulation: in the protocol's full-scale runs one took 6.4-12.3
-    times the wall time of load+prefix 3:2:2 on the same slice (docs/results/*_protocol.json),
-    and a calibration is dozens of runs on the whole replay (about 80 minutes for a 3,000-request
-    Mooncake replay against 6.5), far beyond the advice's budget of 15 minutes on one core."""
-    if spec.chain == "predicted-latency":
-        return desired_router(settings), LEARNS_ONLINE
+    predictor online in every simulation of the calibration (``LEARNING_COST``), and the
+    calibration runs on the whole replay (up to ``desired_max_samples``), so past the bound it
+    would take a large share of the advice's 15 minutes on one core."""
+    if spec.chain == "predicted-latency" and requests > learning_max_requests:
+        why = (
+            f"the active predicted-latency chain learns online in the simulator "
+            f"({LEARNING_COST}), and this replay's {requests} requests are more than the "
+            f"{learning_max_requests} calibrated with it (learning_calibration_max_requests)"
+        )
+        return desired_router(settings), why
     policy, options = protocol_policy(spec)
     if not options:
         # By name: the same key as desired replicas' when it is the same router (load+prefix
@@ -141,6 +145,7 @@ def pool_replay(
     budget: Budget,
     settings: CapacitySettings,
     now: datetime,
+    learning_max_requests: int,
     progress: Callable[[float, str], None] = lambda fraction, message: None,
 ) -> Workload:
     """The pool's recent traffic as the advisor's workload: ``budget.seeds + 1`` parts on the
@@ -159,7 +164,7 @@ def pool_replay(
         replay_parts(replay.trace, budget.seeds + 1, budget.requests)
     except ValueError as exc:  # TTFT samples that rebuild fewer requests than counted
         raise Invalid(f"pool-replay: {exc}", field="workload") from exc
-    router, fallback = calibration_router(spec, settings)
+    router, fallback = calibration_router(spec, settings, len(replay.trace), learning_max_requests)
     progress(0.0, f"calibrating the simulated pod to the pool's latencies, routed by {router.name}")
     cal, reused = pool_calibration(pool_id, replay, slo, settings, router)
     workload = replay_workload(replay, cal, slo, budget, router.name, fallback)

@@ -12,7 +12,6 @@ import pytest
 
 from backend.advisor.search import Budget, candidates
 from backend.advisor.workloads import (
-    LEARNS_ONLINE,
     MIN_PART_REQUESTS,
     calibration_router,
     replay_parts,
@@ -106,18 +105,25 @@ def test_a_replay_of_a_simulated_pool_runs_every_part_to_its_end() -> None:
     assert len(finished) == 2 and all(0.0 <= a <= 1.0 for a in finished)
 
 
-def test_the_replay_is_calibrated_with_the_active_policy_unless_it_learns_online() -> None:
+def test_the_replay_is_calibrated_with_the_active_policy_within_its_cost() -> None:
     settings = CapacitySettings()
-    router, why = calibration_router(PolicySpec(), settings)
-    assert (router.name, router.route, why) == ("llm-d-322", "llm-d-322", LEARNS_ONLINE)
+    # A new pool's predicted chain, run as the advisor runs it, on a replay within the bound.
+    router, why = calibration_router(PolicySpec(), settings, 1500, 1500)
+    assert why is None and router.name.startswith("headroom(mode=slo, strategy=most,")
+    assert "picker=weighted_random" in router.name and callable(router.route)
+    # Past it, desired replicas' router, saying why.
+    router, why = calibration_router(PolicySpec(), settings, 1501, 1500)
+    assert (router.name, router.route) == ("llm-d-322", "llm-d-322")
+    assert why is not None and "1501 requests are more than the 1500" in why
     sticky = PolicySpec(chain="llm-d-default", sticky_affinity_threshold=0.5)
-    router, why = calibration_router(sticky, settings)
+    router, why = calibration_router(sticky, settings, 10**6, 0)  # a load chain: any size
     assert why is None and router.name == "llm-d-default(affinity_threshold=0.5)"
     assert callable(router.route)
     policy = router.route(TransferConfig(), 0)
     assert isinstance(policy, StickyUntilSaturated) and policy.affinity_threshold == 0.5
     # Load+prefix 3:2:2 is desired replicas' own router: one name, so one cached calibration.
-    router, why = calibration_router(PolicySpec(chain="load-prefix"), settings)
+    router, why = calibration_router(PolicySpec(chain="load-prefix"), settings, 100, 0)
     assert (router.name, why) == (settings.desired_router, None)
-    router, why = calibration_router(PolicySpec(chain="lmetric", lmetric_pending=False), settings)
+    lmetric = PolicySpec(chain="lmetric", lmetric_pending=False)
+    router, why = calibration_router(lmetric, settings, 100, 0)
     assert why is None and router.name == "lmetric(pending=False)"
