@@ -246,6 +246,16 @@ class AdvisorSettings(BaseModel):
     finalists: int = Field(
         3, ge=1, le=20, description="Candidates ranked on the held-out parts (plus references)."
     )
+    learning_calibration_max_requests: int = Field(
+        1500,
+        ge=0,
+        le=1_000_000,
+        description="pool-replay calibrates the pod routed by the pool's predicted-latency "
+        "chain, which learns online in the simulator (about 7 times the CPU of a calibration "
+        "routed by desired replicas' router), only for a replay of at most this many requests; "
+        "a larger one is calibrated routed by desired replicas' router, and the advice says so "
+        "(0: never).",
+    )
 
 
 class CapacitySettings(BaseModel):

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backend.advisor.search import Budget, advise
 from backend.advisor.workloads import SHIPPED, replay_parts, replay_workload
-from backend.policies.schemas import PolicySpec
+from backend.policies.service import PRESETS
 from backend.settings import CapacitySettings
 from backend.sim.fromsamples import (
     CALIBRATION_STEPS,
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     budget = Budget(args.requests, args.seeds, args.survivors, args.finalists)
-    active = PolicySpec()
+    active = PRESETS["upstream"]  # the recorded pool routes by upstream's defaults
     started = time.process_time()
 
     total = (budget.seeds + 1) * budget.requests
@@ -83,7 +83,8 @@ def main() -> None:
     replay = build_workload(rows_from_observations(observations))
     router = OURS if args.calibrate_with == "recording" else CapacitySettings().desired_router
     cal = calibrate(replay, router, slo, steps=CALIBRATION_STEPS, mode=args.calibration)
-    workload = replay_workload(replay, cal, slo, budget)
+    fallback = None if args.calibrate_with == "recording" else "--calibrate-with desired-router"
+    workload = replay_workload(replay, cal, slo, budget, router, fallback)
     advice = advise(workload, active, budget, lambda f, m: print(f"[{f:.0%}] {m}", file=sys.stderr))
 
     # The same candidates on the original run's traffic, cut the same way, on the original pool.

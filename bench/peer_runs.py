@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backend.advisor.search import Budget
 from backend.advisor.workloads import shipped_trace
-from backend.policies.schemas import PolicySpec
+from backend.policies.service import PRESETS
 from backend.sim.protocol import figures, machine, simulate_trace
 from backend.sim.routers import POLICIES
 
@@ -36,7 +36,7 @@ def main() -> None:
     out: dict[str, Any] = {}
     for suite in ("mooncake", "azure-code"):
         # The advisor's workload at its suite's higher load; held-out part 1, 200 requests.
-        w = shipped_trace(suite, Budget(requests=200, seeds=1), PolicySpec())
+        w = shipped_trace(suite, Budget(requests=200, seeds=1), PRESETS["upstream"])
         for name, options in RUNS:
             for seed in (0, 1):
                 run = simulate_trace(

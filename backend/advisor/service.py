@@ -64,6 +64,7 @@ def run_advice(
                 budget,
                 settings.capacity,
                 datetime.fromisoformat(job.created_at),
+                settings.advisor.learning_calibration_max_requests,
                 progress,
             )
     else:

@@ -8,8 +8,10 @@ Two sources, one interface (:class:`backend.advisor.search.Workload`):
   so.
 * ``pool-replay``: the pool's own traffic rebuilt from its recent samples
   (``backend/sim/fromsamples.py``), read and calibrated the way desired replicas does it
-  (``backend/capacity/desired.py``: the same lookback, the same cached calibration), on the pod
-  count seen, at the load it was recorded at. The default when the pool has enough traffic.
+  (``backend/capacity/desired.py``: the same lookback, the calibration cached per pool and
+  router), on the pod count seen, at the load it was recorded at. The default when the pool has
+  enough traffic. The replay is calibrated routed by the pool's active policy, unless that is
+  the predicted-latency chain on a replay too long for its cost (:func:`calibration_router`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ from typing import Final
 import numpy as np
 from sqlalchemy.orm import Session
 
-from backend.advisor.search import Budget, Workload
-from backend.capacity.desired import policy_slo, pool_calibration, recent_rows
+from backend.advisor.search import Budget, Workload, protocol_policy
+from backend.capacity.desired import (
+    CalibrationRouter,
+    desired_router,
+    policy_slo,
+    pool_calibration,
+    recent_rows,
+)
 from backend.exceptions import Invalid
 from backend.policies.schemas import PolicySpec
 from backend.policies.service import policy_for_pool, spec_of
@@ -35,6 +43,7 @@ from backend.sim.fromsamples import Calibration, build_workload
 from backend.sim.fromsamples import Workload as SampleWorkload
 from backend.sim.pool import build_pool
 from backend.sim.protocol import SUITES, Job, arrivals
+from backend.sim.routers import POLICIES
 from backend.sim.traces.loader import Trace
 from backend.sim.view import Slo
 
@@ -94,17 +103,55 @@ def replay_problem(
     return _too_little(count_recent(session, pool_id, since, TargetCode.TTFT), settings, budget)
 
 
+# Measured (docs/benchmarks.md, "The advisor on the pool's own traffic"): one calibration of a
+# 600-request Mooncake replay on 8 pods, 53 simulations, took 83.9 CPU s routed by a new pool's
+# predicted chain against 11.8 routed by load+prefix 3:2:2.
+LEARNING_COST: Final = "about 7 times the CPU of desired replicas' router"
+
+
+def calibration_router(
+    spec: PolicySpec, settings: CapacitySettings, requests: int, learning_max_requests: int
+) -> tuple[CalibrationRouter, str | None]:
+    """What routes the replay while the pod is calibrated: the pool's active policy (the router
+    its samples were taken under), as the advisor runs it; desired replicas' router instead when
+    the active policy is the predicted-latency chain and the replay has more than
+    ``learning_max_requests`` requests. Also why it is not the active policy (None: it is).
+
+    The load chains (``llm-d-default``, ``load-prefix``, ``lmetric``) decide with the library's
+    cores and cost what desired replicas' router costs. The predicted-latency chain trains its
+    predictor online in every simulation of the calibration (``LEARNING_COST``), and the
+    calibration runs on the whole replay (up to ``desired_max_samples``), so past the bound it
+    would take a large share of the advice's 15 minutes on one core."""
+    if spec.chain == "predicted-latency" and requests > learning_max_requests:
+        why = (
+            f"the active predicted-latency chain learns online in the simulator "
+            f"({LEARNING_COST}), and this replay's {requests} requests are more than the "
+            f"{learning_max_requests} calibrated with it (learning_calibration_max_requests)"
+        )
+        return desired_router(settings), why
+    policy, options = protocol_policy(spec)
+    if not options:
+        # By name: the same key as desired replicas' when it is the same router (load+prefix
+        # 3:2:2), so both share one calibration.
+        return CalibrationRouter(policy, policy), None
+    name = f"{policy}({', '.join(f'{k}={v}' for k, v in options)})"
+    factory, opts = POLICIES[policy], dict(options)
+    return CalibrationRouter(name, lambda fabric, seed: factory(fabric, seed, opts)), None
+
+
 def pool_replay(
     session: Session,
     pool_id: int,
     budget: Budget,
     settings: CapacitySettings,
     now: datetime,
+    learning_max_requests: int,
     progress: Callable[[float, str], None] = lambda fraction, message: None,
 ) -> Workload:
     """The pool's recent traffic as the advisor's workload: ``budget.seeds + 1`` parts on the
     calibrated pod, the policy's SLOs. ``Invalid`` when the pool cannot be replayed."""
-    slo = policy_slo(spec_of(policy_for_pool(session, pool_id)))
+    spec = spec_of(policy_for_pool(session, pool_id))
+    slo = policy_slo(spec)
     if slo is None:
         raise Invalid(f"pool-replay: {NO_SLO}", field="workload")
     rows = recent_rows(session, pool_id, settings, now)
@@ -117,22 +164,40 @@ def pool_replay(
         replay_parts(replay.trace, budget.seeds + 1, budget.requests)
     except ValueError as exc:  # TTFT samples that rebuild fewer requests than counted
         raise Invalid(f"pool-replay: {exc}", field="workload") from exc
-    progress(0.0, "calibrating the simulated pod to the pool's latencies")
-    cal, reused = pool_calibration(pool_id, replay, slo, settings)
-    workload = replay_workload(replay, cal, slo, budget)
-    details = {**workload.details, "calibration": {**cal.summary(), "reused": reused}}
+    router, fallback = calibration_router(spec, settings, len(replay.trace), learning_max_requests)
+    progress(0.0, f"calibrating the simulated pod to the pool's latencies, routed by {router.name}")
+    cal, reused = pool_calibration(pool_id, replay, slo, settings, router)
+    workload = replay_workload(replay, cal, slo, budget, router.name, fallback)
+    details = {
+        **workload.details,
+        "calibration": {**workload.details["calibration"], "reused": reused},
+    }
     return dataclasses.replace(
         workload, details={**details, "lookback_s": settings.desired_lookback_s}
     )
 
 
-def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: Budget) -> Workload:
+def replay_workload(
+    replay: SampleWorkload,
+    cal: Calibration,
+    slo: Slo,
+    budget: Budget,
+    routed_by: str,
+    fallback: str | None = None,
+) -> Workload:
     """A replay built from samples, on its calibrated pod, as the advisor's workload (pure: the
-    service above and ``bench/advisor_replay.py`` share it). ``ValueError``: too few requests."""
+    service above and ``bench/advisor_replay.py`` share it). ``routed_by`` names the router the
+    calibration ran, ``fallback`` why it is not the pool's active policy (None: it is).
+    ``ValueError``: too few requests."""
     parts = replay_parts(replay.trace, budget.seeds + 1, budget.requests)
     pods = max(1, len(replay.pods))
     n = len(replay.trace)
     error = f"{cal.error:.3f}" if math.isfinite(cal.error) else "unknown"
+    routing = (
+        f"routed by the pool's active policy ({routed_by})"
+        if fallback is None
+        else f"routed by {routed_by}, not the pool's active policy: {fallback}"
+    )
     return Workload(
         name=POOL_REPLAY,
         source="pool-replay",
@@ -141,7 +206,7 @@ def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: 
             f"({replay.drawn_outputs} of {n} output lengths drawn, not paired), "
             f"{pods} pods seen, simulated as {cal.pod.profile} (prefill x"
             f"{cal.pod.prefill_scale:.2f}, decode x{cal.pod.decode_scale:.2f}) "
-            f"(calibration error {error}), at the recorded rate"
+            f"(calibration error {error}, {routing}), at the recorded rate"
         ),
         parts=parts,
         pool=build_pool(pods, cal.pod.profile),
@@ -154,7 +219,15 @@ def replay_workload(replay: SampleWorkload, cal: Calibration, slo: Slo, budget: 
             "decode_scale": cal.pod.decode_scale,
             "spread_ties": False,
         },
-        details={**replay.summary(), "calibration": cal.summary()},
+        details={
+            **replay.summary(),
+            "calibration": {
+                **cal.summary(),
+                "router": routed_by,
+                "router_is_active_policy": fallback is None,
+                "router_fallback": fallback,
+            },
+        },
     )
 
 

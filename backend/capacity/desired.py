@@ -30,6 +30,7 @@ from backend.settings import CapacitySettings
 from backend.sim.fromsamples import (
     CALIBRATION_STEPS,
     Calibration,
+    Router,
     SampleRow,
     Workload,
     calibrate,
@@ -116,13 +117,33 @@ def estimate(
     )
 
 
-_calibrations: dict[int, tuple[float, Calibration]] = {}
-"""Per pool, this process's last calibration and when it was made (monotonic seconds): the pod
-does not change from one run to the next, and calibrating is most of a run's cost."""
+@dataclass(frozen=True)
+class CalibrationRouter:
+    """What routes the replay while the pod is calibrated: the calibration depends on it (the
+    latencies do), so it is also half of the calibration's cache key."""
+
+    name: str
+    """Names the router and its options: the cache key, and what a result states."""
+    route: Router
+    """A simulator policy name, or a factory of the policy with its options."""
 
 
-def _calibration(pool_id: int, settings: CapacitySettings) -> Calibration | None:
-    made = _calibrations.get(pool_id)
+def desired_router(settings: CapacitySettings) -> CalibrationRouter:
+    """The desired-replicas job's router (``desired_router``, a simulator policy name)."""
+    return CalibrationRouter(settings.desired_router, settings.desired_router)
+
+
+_calibrations: dict[tuple[int, str], tuple[float, Calibration]] = {}
+"""Per pool and router (``CalibrationRouter.name``), this process's last calibration and when it
+was made (monotonic seconds): the pod does not change from one run to the next, and
+calibrating is most of a run's cost. Keyed by the router too: a calibration routed by another
+policy folds the routing difference into the cost factors."""
+
+
+def _calibration(
+    pool_id: int, router: CalibrationRouter, settings: CapacitySettings
+) -> Calibration | None:
+    made = _calibrations.get((pool_id, router.name))
     if made is None or time.monotonic() - made[0] > settings.desired_recalibrate_s:
         return None
     return made[1]
@@ -152,15 +173,21 @@ def policy_slo(spec: PolicySpec) -> Slo | None:
 
 
 def pool_calibration(
-    pool_id: int, workload: Workload, slo: Slo, settings: CapacitySettings
+    pool_id: int,
+    workload: Workload,
+    slo: Slo,
+    settings: CapacitySettings,
+    router: CalibrationRouter | None = None,
 ) -> tuple[Calibration, bool]:
-    """The pool's calibrated pod: this process's recent one if any, else a new one (kept for
-    the next caller). Also whether it was reused (a new one costs simulations)."""
-    kept = _calibration(pool_id, settings)
+    """The pool's pod calibrated with the replay routed by ``router`` (default: desired
+    replicas' router): this process's recent one for that router if any, else a new one (kept
+    for the next caller). Also whether it was reused (a new one costs simulations)."""
+    router = router or desired_router(settings)
+    kept = _calibration(pool_id, router, settings)
     if kept is not None:
         return kept, True
-    cal = calibrate(workload, settings.desired_router, slo, steps=CALIBRATION_STEPS)
-    _calibrations[pool_id] = (time.monotonic(), cal)
+    cal = calibrate(workload, router.route, slo, steps=CALIBRATION_STEPS)
+    _calibrations[(pool_id, router.name)] = (time.monotonic(), cal)
     return cal, False
 
 
@@ -177,10 +204,12 @@ def refresh_pool(
     slo = policy_slo(spec)
     est = None
     if slo is not None:
-        kept = _calibration(pool_id, settings)
+        # Routed by desired replicas' router: the replicas it estimates are that router's.
+        router = desired_router(settings)
+        kept = _calibration(pool_id, router, settings)
         est = estimate(rows, slo, spec.target_slo_attainment, settings, calibrated=kept)
         if est is not None and kept is None:
-            _calibrations[pool_id] = (time.monotonic(), est.calibration)
+            _calibrations[(pool_id, router.name)] = (time.monotonic(), est.calibration)
     with write(session):
         session.execute(delete(DesiredReplicas).where(DesiredReplicas.pool_id == pool_id))
         session.execute(

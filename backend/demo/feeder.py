@@ -44,8 +44,9 @@ from backend.auth.service import (
 )
 from backend.db import unit_of_work
 from backend.deps import Runtime
-from backend.policies.schemas import ObjectiveCreate, PolicySpec
+from backend.policies.schemas import UPSTREAM_SPEC, ObjectiveCreate, PolicySpec
 from backend.policies.service import (
+    SYSTEM,
     create_objective,
     create_policy,
     objective_by_name,
@@ -135,6 +136,9 @@ DEMO_OBJECTIVES = (
     ("batch-summaries", -10, "Offline summarisation; shed first under load."),
 )
 DEMO_ACTOR = Actor(DEMO_USER, "admin", frozenset())
+# What the system stores for `default` before anyone edits it: 0003's upstream values, then 0011's
+# (or a fresh pool's) new-pool default.
+_UNTOUCHED = (UPSTREAM_SPEC, PolicySpec())
 TICK_S = 1.0
 MAX_TICK_S = 5.0
 """A tick never advances the simulations by more than this many wall seconds' worth: after a
@@ -249,9 +253,10 @@ class DemoFeeder:
                 policy = policy_for_pool(session, pool.id)
                 if policy is None:
                     create_policy(session, pool.id, demo.policy_spec(), DEMO_USER)
-                elif policy.version == 1 and spec_of(policy) == PolicySpec():
-                    # Upstream's defaults as the migration stored them for `default`, never
-                    # edited: the demo's instead (recorded in the policy's history).
+                elif policy.updated_by == SYSTEM and spec_of(policy) in _UNTOUCHED:
+                    # The policy the migrations stored for `default` (upstream's defaults, then
+                    # a new pool's), never edited by anyone: the demo's instead (recorded in the
+                    # policy's history).
                     update_policy(
                         session, policy, demo.policy_spec().model_dump(mode="json"), DEMO_ACTOR
                     )

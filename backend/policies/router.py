@@ -50,7 +50,8 @@ def list_policies(session: SessionDep, _: ActorDep) -> list[PolicyRead]:
 def create_policy(
     body: PolicyCreate, runtime: RuntimeDep, session: SessionDep, actor: EditorDep
 ) -> PolicyRead:
-    """Give a pool its policy; fields left out take upstream's defaults."""
+    """Give a pool its policy; fields left out take a new pool's defaults: upstream's values but
+    `strategy: most` (`POST /v1/policies/{id}/preset/upstream` restores upstream's)."""
     pool_id = runtime.pools.resolve(session, body.pool)
     spec = PolicySpec.model_validate(body.model_dump(exclude={"pool"}))
     policy = service.add_policy(session, runtime.policy_cache, pool_id, spec, actor)

@@ -1,10 +1,12 @@
-"""Policy and objective shapes. Defaults equal upstream llm-d's: they are read from the scheduling
-library's own policy (`SchedulingPolicy`, `TransferConfig`), the one place they are defined."""
+"""Policy and objective shapes. Defaults are a new pool's policy: upstream llm-d's values, read from
+the scheduling library's own policy (`SchedulingPolicy`, `TransferConfig`), the one place they are
+defined, except the strategy (`NEW_POOL_STRATEGY`). `UPSTREAM_SPEC` is upstream's values for every
+field: the `upstream` preset."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, Optional
+from typing import Any, Final, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator
 
@@ -20,9 +22,16 @@ MAX_SLO_MS = 86_400_000.0  # a day; any latency above it is a unit mistake
 MAX_KV_BYTES_PER_TOKEN = 2**24  # 16 MiB; a 405B model with full multi-head KV needs ~2 MiB
 MAX_LINK_GBPS = 100_000.0  # 100 Tbit/s; an NVLink 5 domain is 14,400
 
+# A new pool's strategy. Upstream ships `least`; under the fair protocol the same chain at `most`
+# beat it on every suite (beyond the seed spread at several loads), and of the EPP-expressible
+# policies it is the one chosen by the rule in docs/benchmarks.md, "New pools' default policy".
+# The `upstream` preset (UPSTREAM_SPEC) puts `least` back.
+NEW_POOL_STRATEGY: Final = "most"
+
 
 class PolicySpec(BaseModel):
-    """Everything a platform team tunes for a pool's routing. Every field has upstream's default."""
+    """Everything a platform team tunes for a pool's routing. Every field has upstream's default
+    but `strategy` (`most`: docs/benchmarks.md, "New pools' default policy")."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -55,8 +64,9 @@ class PolicySpec(BaseModel):
         description="routing: pick the lowest predicted latency; slo: the SLO-aware chain.",
     )
     strategy: Literal["least", "most"] = Field(
-        _LIBRARY.strategy,
-        description="least: best fit (smallest headroom that meets the SLO); most: spread.",
+        NEW_POOL_STRATEGY,
+        description="least: best fit (smallest headroom that meets the SLO; upstream's default); "
+        "most: spread (a new pool's default).",
     )
     ttft_weight: float = Field(
         _LIBRARY.ttft_weight,
@@ -238,6 +248,11 @@ class PolicySpec(BaseModel):
                 "load_prefix_prefix_weight above 0"
             )
         return value
+
+
+UPSTREAM_SPEC: Final = PolicySpec(strategy=_LIBRARY.strategy)
+"""Upstream llm-d's shipped value in every field (the `upstream` preset): its `to_scheduling` is the
+scheduling library's `SchedulingPolicy()`."""
 
 
 class PolicyCreate(PolicySpec):

@@ -20,7 +20,7 @@ from backend.auth.service import Actor
 from backend.exceptions import Conflict, NotFound
 from backend.policies.mapping import to_scheduling
 from backend.policies.models import Objective, Policy, PolicyVersion
-from backend.policies.schemas import ObjectiveCreate, ObjectiveUpdate, PolicySpec
+from backend.policies.schemas import UPSTREAM_SPEC, ObjectiveCreate, ObjectiveUpdate, PolicySpec
 from backend.pools.models import Pool
 from backend.scheduling.epp_config import HeadroomOnly, epp_config_yaml, headroom_only
 from backend.transactions import Invalidates, after_commit, write
@@ -57,7 +57,7 @@ def check_base_version(policy: Policy, base_version: int | None) -> None:
 
 
 def spec_of(policy: Policy | None) -> PolicySpec:
-    """The policy's spec; upstream's defaults for a pool without one."""
+    """The policy's spec; a new pool's default for a pool without one."""
     return PolicySpec.model_validate(policy.spec) if policy is not None else PolicySpec()
 
 
@@ -169,8 +169,9 @@ _PRESET_KEEPS = frozenset(
     {"default_ttft_slo_ms", "default_tpot_slo_ms", "kv_bytes_per_token"}
     | {name for name in PolicySpec.model_fields if name.startswith("transfer_")}
 )
-PRESETS: dict[str, PolicySpec] = {"upstream": PolicySpec()}
-"""Named routing configurations one click away; ``upstream``: llm-d's shipped defaults."""
+PRESETS: dict[str, PolicySpec] = {"upstream": UPSTREAM_SPEC}
+"""Named routing configurations one click away; ``upstream``: llm-d's shipped defaults (a new pool
+starts on ``PolicySpec()``, which differs from them in the strategy)."""
 
 
 def apply_preset(

@@ -18,8 +18,8 @@ def list_pools(session: SessionDep, _: ActorDep) -> list[PoolRead]:
 
 @router.post("", response_model=PoolRead, status_code=status.HTTP_201_CREATED)
 def create_pool(data: PoolCreate, session: SessionDep, actor: EditorDep) -> PoolRead:
-    """Create a pool, with a policy of upstream's defaults; its data-plane paths are
-    `/pools/{name}/...`."""
+    """Create a pool, with a new pool's default policy (upstream's values but `strategy: most`;
+    the upstream preset restores upstream's); its data-plane paths are `/pools/{name}/...`."""
     pool = service.add_pool(session, data, actor)
     return PoolRead.model_validate(pool)
 

@@ -86,7 +86,7 @@ def create_pool(session: Session, data: PoolCreate) -> Pool:
 
 
 def add_pool(session: Session, data: PoolCreate, actor: Actor) -> Pool:
-    """Create a pool with a policy of upstream's defaults (POST /v1/pools)."""
+    """Create a pool with a new pool's default policy, `PolicySpec()` (POST /v1/pools)."""
     with write(session, conflict=f"pool {data.name!r} already exists"):
         pool = create_pool(session, data)
         create_policy(session, pool.id, PolicySpec(), actor.name)

@@ -99,10 +99,16 @@ def test_advise_apply_the_pick_and_download_its_epp_config(page: Page, console: 
 def test_upstream_preset_is_one_click_away(page: Page, console: Console) -> None:
     sign_in(page, "eddie")
     page.goto("/ui/policies")
+    # The server is shared by the session's tests: a weighting none of them sets makes this a
+    # change whatever they left (a new pool's strategy is `most` already).
     page.select_option("#f-strategy", "most")
+    page.locator("#f-ttft_weight").fill("0.65")
     page.get_by_test_id("save-policy").click()
-    assert console.policy()["spec"]["strategy"] == "most"
+    expect(page.locator(".flash")).to_contain_text("Saved")
+    spec = console.policy()["spec"]
+    assert (spec["strategy"], spec["ttft_weight"]) == ("most", 0.65)
     page.on("dialog", lambda dialog: dialog.accept())
     page.get_by_test_id("preset-upstream").click()
     expect(page.locator(".flash")).to_contain_text("Preset upstream applied")
-    assert console.policy()["spec"]["strategy"] == "least"
+    spec = console.policy()["spec"]
+    assert (spec["strategy"], spec["ttft_weight"]) == ("least", 0.8)

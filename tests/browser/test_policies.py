@@ -16,7 +16,8 @@ def test_change_weighting_and_strategy_then_see_history_and_epp_config(
 ) -> None:
     before = console.policy()
     old_weight = before["spec"]["ttft_weight"]
-    new_weight, new_strategy = (0.6, "most") if old_weight != 0.6 else (0.7, "least")
+    new_weight = 0.6 if old_weight != 0.6 else 0.7
+    new_strategy = "least" if before["spec"]["strategy"] == "most" else "most"
     sign_in(page, "eddie")
     page.goto("/ui/policies")
     # The slider shows both numbers, and follows the thumb.

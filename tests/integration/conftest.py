@@ -52,7 +52,8 @@ def empty_all_tables(engine: Engine) -> None:
 def clean_database(engine: Engine) -> None:
     """Each test starts from the migrated state: empty tables and the default pool."""
     empty_all_tables(engine)
-    # The migrated state: the default pool and its default policy, made by the same code.
+    # The migrated state: the default pool and a new pool's default policy, made by the same
+    # code (the migrations reach that spec as version 2: 0003 stored upstream's, 0011 moved it).
     with unit_of_work(make_sessionmaker(engine)) as session:
         ensure_default_pool(session)
         session.flush()

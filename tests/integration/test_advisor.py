@@ -16,16 +16,27 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.app import create_app
+from backend.capacity import desired as desired_module
+from backend.capacity.desired import refresh_all
 from backend.settings import AdvisorSettings, AuthSettings, Settings
 from backend.whatif.jobs import RedisJobStore
 from tests.conftest import redis_url_for_tests
 from tests.integration.test_capacity import post, set_slo
 from tests.integration.test_desired_replicas import epp_samples, no_kept_calibration  # noqa: F401
 from tests.integration.test_policies import token_for
+from tests.integration.test_prediction import runtime_of
 from tests.server import headroom_worker
 
 # Small enough to run in seconds: the search's shape (screen, confirm, held-out) is the same.
-TINY = AdvisorSettings(requests=40, seeds=2, survivors=2, finalists=1)
+TINY = AdvisorSettings(
+    requests=40,
+    seeds=2,
+    survivors=2,
+    finalists=1,
+    # A calibration routed by the learning predicted chain takes minutes here: the replays of
+    # the predicted chain calibrate with desired replicas' router (the choice is unit-tested).
+    learning_calibration_max_requests=0,
+)
 
 
 @pytest.fixture
@@ -295,6 +306,11 @@ def test_pool_replay_is_the_default_on_a_pool_with_traffic(open_embedded: TestCl
     calibration = replay["calibration"]
     assert calibration["profile"] in workload["gpu"] and calibration["simulations"] > 3
     assert f"calibration error {calibration['error']:.3f}" in workload["label"]
+    # A new pool's predicted chain past the replay size it is calibrated with (0 here):
+    # desired replicas' router, and the label says so.
+    assert calibration["router"] == "llm-d-322" and calibration["router_is_active_policy"] is False
+    assert "learns online" in calibration["router_fallback"]
+    assert "routed by llm-d-322, not the pool's active policy" in workload["label"]
     ranking = done["result"]["ranking"]
     means = [row["held_out"]["slo_attainment"]["mean"] for row in ranking]
     assert means == sorted(means, reverse=True)
@@ -306,6 +322,40 @@ def test_pool_replay_is_the_default_on_a_pool_with_traffic(open_embedded: TestCl
     second = _wait(client, f"/v1/pools/default/advice/{again.json()['id']}", {})
     assert second["status"] == "done", second["message"]
     assert second["result"]["workload"]["replay"]["calibration"]["reused"] is True
+
+
+def test_pool_replay_calibrates_routed_by_the_pools_active_policy(
+    open_embedded: TestClient,
+) -> None:
+    client = open_embedded
+    runtime = runtime_of(client)
+    post(client, epp_samples(seconds=120.0))
+    set_slo(client, 2000, 100)
+    sticky = {"chain": "llm-d-default", "sticky_affinity_threshold": 0.5}
+    assert client.put("/v1/policies/1", json=sticky).status_code == 200
+    r = client.post("/v1/pools/default/advice", json={"workload": "pool-replay"})
+    assert r.status_code == 202, r.text
+    done = _wait(client, f"/v1/pools/default/advice/{r.json()['id']}", {})
+    assert done["status"] == "done", done["message"]
+    workload = done["result"]["workload"]
+    calibration = workload["replay"]["calibration"]
+    active = "llm-d-default(affinity_threshold=0.5)"
+    assert calibration["router"] == active and calibration["router_is_active_policy"] is True
+    assert calibration["router_fallback"] is None and calibration["reused"] is False
+    assert f"routed by the pool's active policy ({active})" in workload["label"]
+
+    # Desired replicas keeps its own router: a calibration of its own, kept beside the advice's.
+    with runtime.sessions() as session:
+        pool_id = runtime.pools.resolve(session, "default")
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1
+    assert {(pool_id, active), (pool_id, "llm-d-322")} <= set(desired_module._calibrations)
+    again = client.post("/v1/pools/default/advice", json={"workload": "pool-replay"})
+    second = _wait(client, f"/v1/pools/default/advice/{again.json()['id']}", {})
+    assert second["status"] == "done", second["message"]
+    reused = second["result"]["workload"]["replay"]["calibration"]
+    assert reused["router"] == active and reused["reused"] is True
+    assert reused["profile"] == calibration["profile"]
+    assert reused["prefill_scale"] == calibration["prefill_scale"]
 
 
 def test_pool_replay_with_too_little_traffic_is_a_422_naming_why(

@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.app import create_app
 from backend.auth.service import create_token, create_user
 from backend.db import unit_of_work
+from backend.policies.schemas import UPSTREAM_SPEC, PolicySpec
+from backend.pools.schemas import PoolCreate
+from backend.pools.service import create_pool
 from backend.settings import AuthSettings, Settings
 
 
@@ -28,11 +32,13 @@ def secured(settings: Settings) -> Iterator[TestClient]:
         yield c
 
 
-def test_default_pool_has_upstream_defaults(client: TestClient) -> None:
+def test_default_pool_has_the_new_pool_default(client: TestClient) -> None:
     [policy] = client.get("/v1/policies").json()
     assert policy["pool"] == "default" and policy["version"] == 1
     spec = policy["spec"]
-    assert spec["strategy"] == "least"
+    # Upstream's values but the strategy: docs/benchmarks.md, "New pools' default policy".
+    assert spec["chain"] == "predicted-latency"
+    assert spec["strategy"] == "most"
     assert spec["ttft_weight"] == 0.8
     assert spec["epsilon_explore_neg"] == 0.01
     assert spec["strict_affinity_threshold"] == 0.99
@@ -48,7 +54,7 @@ def test_edit_is_versioned_with_the_editors_identity(
     policy_id = secured.get("/v1/policies", headers=alice).json()[0]["id"]
     r = secured.put(
         f"/v1/policies/{policy_id}",
-        json={"strategy": "most", "ttft_weight": 0.6, "default_ttft_slo_ms": 800},
+        json={"strategy": "least", "ttft_weight": 0.6, "default_ttft_slo_ms": 800},
         headers=alice,
     )
     assert r.status_code == 200
@@ -58,12 +64,12 @@ def test_edit_is_versioned_with_the_editors_identity(
     latest = history[0]
     assert latest["changed_by"] == "alice" and latest["action"] == "update"
     assert latest["changes"] == {
-        "strategy": ["least", "most"],
+        "strategy": ["most", "least"],
         "ttft_weight": [0.8, 0.6],
         "default_ttft_slo_ms": [None, 800.0],
     }
     # Sending the same values again changes nothing and makes no version.
-    secured.put(f"/v1/policies/{policy_id}", json={"strategy": "most"}, headers=alice)
+    secured.put(f"/v1/policies/{policy_id}", json={"strategy": "least"}, headers=alice)
     assert len(secured.get(f"/v1/policies/{policy_id}/history", headers=alice).json()) == 2
 
 
@@ -117,13 +123,49 @@ def test_roles_and_tokens_are_enforced(
     assert secured.get(f"/v1/policies/{policy_id}", headers=viewer).json()["version"] == 1
 
 
-def test_a_new_pool_gets_a_default_policy(client: TestClient) -> None:
+def test_a_new_pool_gets_the_default_policy_and_upstream_is_a_preset_away(
+    client: TestClient,
+) -> None:
     client.post("/v1/pools", json={"name": "b200"})
     pools = {p["pool"]: p for p in client.get("/v1/policies").json()}
     assert set(pools) == {"default", "b200"}
-    assert pools["b200"]["spec"]["strategy"] == "least"
+    new = pools["b200"]
+    assert new["spec"] == PolicySpec().model_dump(mode="json")
+    # The chosen default: upstream's predicted-latency chain, every value upstream's but the
+    # strategy (most: spread), so an unchanged EPP can run it and keeps asking for predictions.
+    upstream = UPSTREAM_SPEC.model_dump(mode="json")
+    assert {k: v for k, v in new["spec"].items() if upstream[k] != v} == {"strategy": "most"}
+    assert upstream["strategy"] == "least" and upstream["chain"] == "predicted-latency"
     dup = client.post("/v1/policies", json={"pool": "b200"})
     assert dup.status_code == 409
+
+    # What the platform team exports for it: the predicted-latency chain spreading by headroom.
+    exported = client.get(f"/v1/policies/{new['id']}/epp-config")
+    assert exported.status_code == 200
+    config = yaml.safe_load(exported.text)
+    assert config["kind"] == "EndpointPickerConfig"
+    plugins = {p.get("name", p["type"]): p for p in config["plugins"]}
+    assert plugins["latency-scorer"]["parameters"]["headroomSelectionStrategy"] == "most"
+    assert plugins["weighted-random-picker"]["type"] == "weighted-random-picker"
+
+    preset = client.post(f"/v1/policies/{new['id']}/preset/upstream")
+    assert preset.status_code == 200, preset.text
+    assert preset.json()["version"] == 2
+    assert preset.json()["spec"] == upstream
+    exported = yaml.safe_load(client.get(f"/v1/policies/{new['id']}/epp-config").text)
+    plugins = {p.get("name", p["type"]): p for p in exported["plugins"]}
+    assert plugins["latency-scorer"]["parameters"]["headroomSelectionStrategy"] == "least"
+
+
+def test_a_policy_created_over_rest_defaults_to_the_new_pool_policy(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    with unit_of_work(sessions) as session:
+        create_pool(session, PoolCreate(name="bare"))
+    r = client.post("/v1/policies", json={"pool": "bare", "default_ttft_slo_ms": 900})
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"] == PolicySpec(default_ttft_slo_ms=900).model_dump(mode="json")
+    assert r.json()["spec"]["strategy"] == "most"
 
 
 def test_objectives_crud(client: TestClient) -> None:

@@ -118,7 +118,10 @@ def test_sheddable_objective_is_rejected_only_when_no_pod_can_meet_the_slo(
 
 
 def test_best_fit_picker_takes_the_smallest_positive_headroom(trained: TestClient) -> None:
-    trained.put(f"/v1/policies/{policy_id(trained)}", json={"picker": "best_fit"})
+    # Best fit at upstream's strategy, `least` (a new pool's is `most`: the largest).
+    trained.put(
+        f"/v1/policies/{policy_id(trained)}", json={"picker": "best_fit", "strategy": "least"}
+    )
     pods = [pod(f"p{i}", num_request_running=4 * i, kv_cache_percentage=0.05 * i) for i in range(8)]
     out = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60)
     traces = out["decision"]["candidates"]
@@ -171,7 +174,8 @@ def test_epp_config_reflects_policy_edits(client: TestClient) -> None:
     pid = policy_id(client)
     client.put(
         f"/v1/policies/{pid}",
-        json={"strategy": "most", "ttft_weight": 0.6, "epsilon_explore_neg": 0.05},
+        # A new pool's strategy is `most`: upstream's `least` is the edit.
+        json={"strategy": "least", "ttft_weight": 0.6, "epsilon_explore_neg": 0.05},
     )
     r = client.get(f"/v1/policies/{pid}/epp-config")
     assert r.status_code == 200
@@ -181,7 +185,7 @@ def test_epp_config_reflects_policy_edits(client: TestClient) -> None:
     assert config["kind"] == "EndpointPickerConfig"
     plugins = {p.get("name", p["type"]): p for p in config["plugins"]}
     scorer = plugins["latency-scorer"]["parameters"]
-    assert scorer["headroomSelectionStrategy"] == "most"
+    assert scorer["headroomSelectionStrategy"] == "least"
     assert scorer["ttftWeight"] == 0.6
     assert plugins["slo-headroom-tier-filter"]["parameters"]["epsilonExploreNeg"] == 0.05
     assert plugins["strict-affinity-filter"]["parameters"]["affinityThreshold"] == 0.99

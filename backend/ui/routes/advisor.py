@@ -118,7 +118,9 @@ def apply_preset(
 ) -> Response:
     policy = policies.policy_for_pool(session, get_pool(session, pool).id)
     if policy is None:
-        raise NotFound(f"pool {pool!r} has no policy yet: it runs upstream's defaults already")
+        raise NotFound(
+            f"pool {pool!r} has no policy yet: save the form to create one, then apply the preset"
+        )
     policy = policies.apply_preset(
         session, runtime.policy_cache, policy.id, preset, actor, base_version_of(form)
     )

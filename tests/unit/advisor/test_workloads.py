@@ -11,9 +11,15 @@ import numpy as np
 import pytest
 
 from backend.advisor.search import Budget, candidates
-from backend.advisor.workloads import MIN_PART_REQUESTS, replay_parts, replay_workload
+from backend.advisor.workloads import (
+    MIN_PART_REQUESTS,
+    calibration_router,
+    replay_parts,
+    replay_workload,
+)
 from backend.policies.schemas import PolicySpec
 from backend.scheduling.types import TransferConfig
+from backend.settings import CapacitySettings
 from backend.sim.fromsamples import (
     CALIBRATION_STEPS,
     build_workload,
@@ -24,6 +30,7 @@ from backend.sim.fromsamples import (
 from backend.sim.protocol import SUITES, Job, arrivals, figures, simulate_trace
 from backend.sim.routers import OURS, POLICIES
 from backend.sim.routers.base import RoutingPolicy
+from backend.sim.routers.heuristic import StickyUntilSaturated
 from backend.sim.traces import load_trace
 from backend.sim.view import Slo
 
@@ -60,9 +67,14 @@ def test_a_replay_of_a_simulated_pool_runs_every_part_to_its_end() -> None:
     _, observations = record(original, suite.pods, suite.gpu, OURS, slo)
     replay = build_workload(rows_from_observations(observations))
     cal = calibrate(replay, "llm-d-322", slo, steps=CALIBRATION_STEPS)
-    workload = replay_workload(replay, cal, slo, budget)
+    workload = replay_workload(replay, cal, slo, budget, "llm-d-322", "recorded by another")
     assert workload.source == "pool-replay" and len(workload.pool) == suite.pods
     assert workload.label.startswith("this pool's own traffic")
+    assert "routed by llm-d-322, not the pool's active policy: recorded by another" in (
+        workload.label
+    )
+    assert workload.details["calibration"]["router"] == "llm-d-322"
+    assert workload.details["calibration"]["router_is_active_policy"] is False
     # The calibrated pod's two factors, each where it belongs.
     assert workload.sim_options["prefill_scale"] == cal.pod.prefill_scale
     assert workload.sim_options["decode_scale"] == cal.pod.decode_scale
@@ -91,3 +103,27 @@ def test_a_replay_of_a_simulated_pool_runs_every_part_to_its_end() -> None:
     thread.start()
     thread.join(120)
     assert len(finished) == 2 and all(0.0 <= a <= 1.0 for a in finished)
+
+
+def test_the_replay_is_calibrated_with_the_active_policy_within_its_cost() -> None:
+    settings = CapacitySettings()
+    # A new pool's predicted chain, run as the advisor runs it, on a replay within the bound.
+    router, why = calibration_router(PolicySpec(), settings, 1500, 1500)
+    assert why is None and router.name.startswith("headroom(mode=slo, strategy=most,")
+    assert "picker=weighted_random" in router.name and callable(router.route)
+    # Past it, desired replicas' router, saying why.
+    router, why = calibration_router(PolicySpec(), settings, 1501, 1500)
+    assert (router.name, router.route) == ("llm-d-322", "llm-d-322")
+    assert why is not None and "1501 requests are more than the 1500" in why
+    sticky = PolicySpec(chain="llm-d-default", sticky_affinity_threshold=0.5)
+    router, why = calibration_router(sticky, settings, 10**6, 0)  # a load chain: any size
+    assert why is None and router.name == "llm-d-default(affinity_threshold=0.5)"
+    assert callable(router.route)
+    policy = router.route(TransferConfig(), 0)
+    assert isinstance(policy, StickyUntilSaturated) and policy.affinity_threshold == 0.5
+    # Load+prefix 3:2:2 is desired replicas' own router: one name, so one cached calibration.
+    router, why = calibration_router(PolicySpec(chain="load-prefix"), settings, 100, 0)
+    assert (router.name, why) == (settings.desired_router, None)
+    lmetric = PolicySpec(chain="lmetric", lmetric_pending=False)
+    router, why = calibration_router(lmetric, settings, 100, 0)
+    assert why is None and router.name == "lmetric(pending=False)"

@@ -1,17 +1,27 @@
-"""The scheduling library's policy and the API's policy spec must agree: one set of defaults."""
+"""The scheduling library's policy and the API's policy spec must agree: one set of upstream
+defaults (the library's, the `upstream` preset), and a new pool's that departs from them only
+where the fair protocol said to."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from pydantic import ValidationError
 
 from backend.policies.mapping import to_scheduling
-from backend.policies.schemas import PolicySpec
+from backend.policies.schemas import UPSTREAM_SPEC, PolicySpec
 from backend.scheduling.types import SchedulingPolicy
 
 
-def test_the_api_defaults_are_the_scheduling_defaults() -> None:
-    assert to_scheduling(PolicySpec()) == SchedulingPolicy()
+def test_the_upstream_preset_is_the_scheduling_defaults() -> None:
+    assert to_scheduling(UPSTREAM_SPEC) == SchedulingPolicy()
+
+
+def test_a_new_pool_differs_from_upstream_in_the_strategy_only() -> None:
+    new, upstream = to_scheduling(PolicySpec()), SchedulingPolicy()
+    assert (upstream.strategy, new.strategy) == ("least", "most")
+    assert new == dataclasses.replace(upstream, strategy="most")
 
 
 @pytest.mark.parametrize(
