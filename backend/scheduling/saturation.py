@@ -23,10 +23,10 @@ arriving next meet the queues they build themselves, in bursts above all (a prob
 instant mostly sees the calm between bursts, while most requests arrive inside one). With
 ``Arrivals`` (the pool's recent arrival times and mean output length) those arrivals are
 replayed from now onto the pods (``project``): per pod, the requests in the system follow
-Little's law as a fluid, each arrival adding its share and a pod holding N draining at
-N / W(N), where W(N) is the models' own predicted end-to-end latency on the pod holding N. The
-level is the mean of the levels on the states the arrivals find (at evenly spaced quantiles,
-each at least the present load). With no arrival in the window it is the present level.
+Little's law as a fluid, each arrival adding its share, passing its first token and then its
+decode at the rates the models' own predictions on the pod holding N give. The level is the
+mean of the levels on the states the arrivals find (at evenly spaced quantiles, each at least
+the present load). With no arrival in the window it is the present level.
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ MAX_ARRIVALS = 1024
 # between, extrapolated past the last).
 _GRID_EXTRA = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 _MIN_LATENCY_S = 1e-3
+_MAX_LATENCY_S = 1e6  # "never leaves" within any window, and finite arithmetic
 
 
 def project(
@@ -149,15 +150,16 @@ def project(
 
     The recent arrivals are replayed from now onto the pods as they stand, as a fluid per pod:
     each arrival adds its share of a request to every pod of its role (a balancing chain
-    spreads them evenly), and between arrivals a pod holding N requests drains at N / W(N)
-    (Little's law), W(N) being the models' own mean predicted end-to-end latency of the
-    representative requests on the pod holding N (TTFT + TPOT x the further output tokens;
-    TTFT only on a prefill pod, the decode only on a decode pod). Each arrival finds, per pod,
-    the N left by those before it: in a burst, the requests ahead of it in the same burst.
-    The snapshots are those findings at evenly spaced quantiles, per pod, each at least the
-    present load (a queue already standing is not drained on paper). The requests a pod
-    holds above its present load are young ones (``_footprints``): each adds its uncached
-    prompt to the prefill tokens in flight, and running, waiting and KV as the present ones.
+    spreads them evenly). A replayed request leaves the prefill stage at 1 / TTFT(N) and then
+    decodes, leaving at 1 / (TPOT(N) x the further output tokens); the present requests leave
+    at 1 / W(N), the sum (Little's law: N / W(N) leave per second). The times are the models'
+    own mean predictions for the representative requests on the pod holding N (a prefill pod
+    only prefills; a decode pod receives its requests prefilled). Each arrival finds, per pod,
+    what those before it left: in a burst, the ones ahead of it, still before their first
+    token. The snapshots are those findings at evenly spaced quantiles, per pod, each at least
+    the present load (a queue already standing is not drained on paper): the present gauges,
+    plus for the requests above them running, waiting and KV as the present ones (``_found``),
+    plus the uncached prompts of the replayed ones still before their first token.
 
     With latency that grows with load, arrivals that come sooner or more densely never give a
     pod less load in any snapshot."""
@@ -172,30 +174,64 @@ def project(
         np.mean([r.prompt_tokens * (1.0 - r.prefix_cache_score) for r in requests])
     )
     footprint = _footprints(pods, n0, mean_prompt, mean_uncached)
-    grid, latency = _latency_table(pods, n0, footprint, reps, arrivals.output_tokens, predict)
+    grid, prefill_s, decode_s = _latency_table(
+        pods, n0, footprint, reps, arrivals.output_tokens, predict
+    )
 
     n_prefill = sum(1 for p in pods if p.role == "prefill")
     share = np.array(
         [1.0 / (n_prefill if p.role == "prefill" else len(pods) - n_prefill) for p in pods]
     )
+    # A decode pod of a P/D pool receives its requests prefilled: straight into decode.
+    into_decode = np.array([p.role == "decode" for p in pods])
     times, weights = _merged(arrivals, MAX_ARRIVALS)
-    seen = np.empty((len(times), len(pods)))
-    n, last = n0.copy(), 0.0
+    seen = np.empty((len(times), len(pods)))  # requests in the system each arrival finds
+    seen_prefill = np.empty_like(seen)  # of which replayed ones still before their first token
+    present, young, old = n0.copy(), np.zeros_like(n0), np.zeros_like(n0)
+    last = 0.0
     for k, (t, w) in enumerate(zip(times, weights, strict=True)):
         gap = max(0.0, t - last)  # from now (the window's start) to the first arrival too
         if gap > 0.0:
-            n = n * np.exp(-gap / _interpolate(grid, latency, n))
-        seen[k] = n
-        n = n + w * share
+            n = present + young + old
+            tp = _interpolate(grid, prefill_s, n)
+            td = _interpolate(grid, decode_s, n)
+            present = present * np.exp(-gap / (tp + td))
+            young, old = _drain(young, old, tp, td, gap)
+        seen[k] = present + young + old
+        seen_prefill[k] = young
+        young = young + np.where(into_decode, 0.0, w * share)
+        old = old + np.where(into_decode, w * share, 0.0)
         last = t
     out = []
     counts = np.repeat(np.asarray(weights, np.float64)[:, None], len(pods), axis=1)
     for q in (np.arange(states) + 0.5) / states:
         # Weighted: an arrival standing for several requests found the same pods for each.
         found = np.quantile(seen, q, axis=0, weights=counts, method="inverted_cdf")
+        ahead = np.quantile(seen_prefill, q, axis=0, weights=counts, method="inverted_cdf")
         at = np.maximum(n0, found)
-        out.append(([_holding(p, n0[j], at[j], footprint[j]) for j, p in enumerate(pods)], at))
+        out.append(
+            (
+                [_found(p, n0[j], at[j], ahead[j], footprint[j]) for j, p in enumerate(pods)],
+                at,
+            )
+        )
     return out
+
+
+def _drain(
+    young: FloatArray, old: FloatArray, tp: FloatArray, td: FloatArray, gap: float
+) -> tuple[FloatArray, FloatArray]:
+    """Over ``gap`` seconds: requests before their first token leave that stage at 1 / ``tp``
+    and start decoding, decoding ones leave at 1 / ``td`` (both rates held over the gap, where
+    the two-stage chain has an exact solution)."""
+    a, b = np.exp(-gap / tp), np.exp(-gap / td)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        moved = np.where(
+            np.abs(td - tp) > 1e-9 * np.maximum(td, tp),
+            young * td / (td - tp) * (b - a),
+            young * gap / tp * a,  # equal rates: the limit of the above
+        )
+    return young * a, old * b + np.maximum(moved, 0.0)
 
 
 def _latency_table(
@@ -205,10 +241,13 @@ def _latency_table(
     reps: Sequence[Representative],
     output_tokens: float,
     predict: RowPredictor,
-) -> tuple[FloatArray, FloatArray]:
-    """Per pod, W(N) in seconds at a grid of N (one prediction call for all pods): rows are
-    pods, columns grid points. Made non-decreasing in N: a fuller pod never drains faster per
-    request than an emptier one, whatever a fitted model says between its training points."""
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per pod, at a grid of N (one prediction call for all pods; rows are pods, columns grid
+    points): the seconds a request spends before its first token (the mean predicted TTFT) and
+    decoding (TPOT x the further output tokens). On a prefill pod a request leaves at its first
+    token; on a decode pod it arrives prefilled. Made non-decreasing in N: a fuller pod never
+    serves a request faster than an emptier one, whatever a fitted model says between its
+    training points. A latency the models cannot give (NaN, inf) holds its requests."""
     grid = np.concatenate(
         [
             np.stack([np.zeros_like(n0), n0 / 2.0, n0], axis=1),
@@ -233,19 +272,23 @@ def _latency_table(
     tpot = np.asarray(tpot_flat, np.float64).reshape(shape)
     further = max(0.0, output_tokens - 1.0)
     roles = np.array([p.role for p in pods])[:, None, None]
-    total = np.where(
+    before = np.where(roles == "decode", 0.0, ttft)
+    decoding = np.where(
         roles == "prefill",
-        ttft,
-        np.where(roles == "decode", tpot * max(further, 1.0), ttft + tpot * further),
+        0.0,
+        np.where(roles == "decode", tpot * max(further, 1.0), tpot * further),
     )
-    # A latency the models cannot give (NaN, inf) holds its requests: no departures.
-    total = np.where(np.isfinite(total), total, np.inf)
-    w = np.maximum(total.mean(axis=2) / 1000.0, _MIN_LATENCY_S)
-    return grid, np.maximum.accumulate(w, axis=1)
+
+    def seconds(ms: FloatArray) -> FloatArray:
+        ms = np.where(np.isfinite(ms), ms, _MAX_LATENCY_S * 1000.0)
+        s = np.clip(ms.mean(axis=2) / 1000.0, _MIN_LATENCY_S, _MAX_LATENCY_S)
+        return np.maximum.accumulate(s, axis=1)
+
+    return grid, seconds(before), seconds(decoding)
 
 
 def _interpolate(grid: FloatArray, latency: FloatArray, n: FloatArray) -> FloatArray:
-    """W at ``n`` per pod: linear between grid points, extended along the last segment."""
+    """Latency at ``n`` per pod: linear between grid points, extended along the last segment."""
     cols = grid.shape[1]
     # The segment [k, k + 1] holding n (the last one past the grid's end).
     k = np.clip((grid <= n[:, None]).sum(axis=1) - 1, 0, cols - 2)
@@ -254,9 +297,7 @@ def _interpolate(grid: FloatArray, latency: FloatArray, n: FloatArray) -> FloatA
     y0, y1 = latency[rows, k], latency[rows, k + 1]
     with np.errstate(invalid="ignore", divide="ignore"):
         slope = np.where(x1 > x0, (y1 - y0) / (x1 - x0), 0.0)
-        w = y0 + slope * (n - x0)
-    # An infinite latency (no departures) stays infinite; NaN from inf - inf likewise.
-    return np.where(np.isfinite(y1) & np.isfinite(y0), np.maximum(w, y0), np.inf)
+    return np.clip(y0 + slope * (n - x0), y0, _MAX_LATENCY_S)
 
 
 def _merged(arrivals: Arrivals, most: int) -> tuple[list[float], list[float]]:
@@ -301,17 +342,10 @@ def _footprints(
 
 
 def _holding(pod: Candidate, n0: float, n: float, per: _Footprint) -> Candidate:
-    """``pod`` holding ``n`` requests in the system rather than its present ``n0``."""
+    """``pod`` holding ``n`` requests in the system rather than its present ``n0``: the ones
+    above it young (``_footprints``), or its gauges scaled down."""
     if n >= n0:
-        extra = n - n0
-        return dataclasses.replace(
-            pod,
-            num_request_running=pod.num_request_running + round(extra * per[0]),
-            num_request_waiting=pod.num_request_waiting + round(extra * per[1]),
-            kv_cache_percentage=min(1.0, pod.kv_cache_percentage + extra * per[2]),
-            prefill_tokens_in_flight=pod.prefill_tokens_in_flight + round(extra * per[3]),
-            decode_tokens_in_flight=pod.decode_tokens_in_flight + round(extra * per[4]),
-        )
+        return _found(pod, n0, n, (n - n0), per)
     share = n / n0
     return dataclasses.replace(
         pod,
@@ -320,6 +354,21 @@ def _holding(pod: Candidate, n0: float, n: float, per: _Footprint) -> Candidate:
         kv_cache_percentage=pod.kv_cache_percentage * share,
         prefill_tokens_in_flight=round(pod.prefill_tokens_in_flight * share),
         decode_tokens_in_flight=round(pod.decode_tokens_in_flight * share),
+    )
+
+
+def _found(pod: Candidate, n0: float, n: float, prefilling: float, per: _Footprint) -> Candidate:
+    """``pod`` as an arrival finds it: ``n`` (>= ``n0``) requests in the system, of which
+    ``prefilling`` replayed ones still hold their uncached prompt in prefill. The present
+    requests keep their gauges; the ones above them run, wait and hold KV as they do."""
+    extra = n - n0
+    return dataclasses.replace(
+        pod,
+        num_request_running=pod.num_request_running + round(extra * per[0]),
+        num_request_waiting=pod.num_request_waiting + round(extra * per[1]),
+        kv_cache_percentage=min(1.0, pod.kv_cache_percentage + extra * per[2]),
+        prefill_tokens_in_flight=pod.prefill_tokens_in_flight + round(prefilling * per[3]),
+        decode_tokens_in_flight=pod.decode_tokens_in_flight + round(extra * per[4]),
     )
 
 

@@ -270,7 +270,10 @@ def test_a_latency_the_models_cannot_give_holds_every_arrival() -> None:
 
     states = project(IDLE, ONE, _arrivals([0.0, 10.0, 20.0, 30.0]), unknown)
     # No departures: the k-th arrival finds the k before it, half a request each per pod.
-    assert [list(held) for _, held in states] == [[0.0] * 2, [0.5] * 2, [1.0] * 2, [1.5] * 2]
+    held = [list(h) for _, h in states]
+    assert held == [pytest.approx([k / 2] * 2, abs=1e-3) for k in range(4)]
+    # and each still before its first token (the model gives no TTFT to pass it).
+    assert [s[0].prefill_tokens_in_flight for s, _ in states] == [0, 1000, 2000, 3000]
 
 
 def test_weights_stand_for_arrivals_not_read() -> None:
@@ -331,3 +334,16 @@ def test_a_higher_arrival_rate_never_lowers_the_level(
         for b, a in zip(base.pods, higher.pods, strict=True):
             assert a.level >= b.level - 1e-12
     assert base.level >= present.level - 1e-12
+
+
+def test_a_request_past_its_first_token_holds_the_pod_but_no_longer_its_prompt_in_prefill() -> None:
+    def endless_decode(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+        ttft, tpot = linear(rows)
+        return ttft, np.full_like(tpot, np.inf)
+
+    # 5 s apart: each request is past its first token (about 0.12 s) before the next comes,
+    # and never done decoding.
+    states = project(IDLE, ONE, _arrivals([0.0, 5.0, 10.0, 15.0]), endless_decode)
+    held = [list(h) for _, h in states]
+    assert held == [pytest.approx([k / 2] * 2, abs=1e-3) for k in range(4)]
+    assert all(s[0].prefill_tokens_in_flight == 0 for s, _ in states)
