@@ -297,7 +297,8 @@ def _interpolate(grid: FloatArray, latency: FloatArray, n: FloatArray) -> FloatA
     y0, y1 = latency[rows, k], latency[rows, k + 1]
     with np.errstate(invalid="ignore", divide="ignore"):
         slope = np.where(x1 > x0, (y1 - y0) / (x1 - x0), 0.0)
-    return np.clip(y0 + slope * (n - x0), y0, _MAX_LATENCY_S)
+    out: FloatArray = np.clip(y0 + slope * (n - x0), y0, _MAX_LATENCY_S)
+    return out
 
 
 def _merged(arrivals: Arrivals, most: int) -> tuple[list[float], list[float]]:
