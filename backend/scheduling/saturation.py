@@ -25,8 +25,8 @@ instant mostly sees the calm between bursts, while most requests arrive inside o
 replayed from now onto the pods (``project``): per pod, the requests in the system follow
 Little's law as a fluid, each arrival adding its share, passing its first token and then its
 decode at the rates the models' own predictions on the pod holding N give. The level is the
-mean of the levels on the states the arrivals find (at evenly spaced quantiles, each at least
-the present load). With no arrival in the window it is the present level.
+mean of the levels on the states the arrivals find (at evenly spaced quantiles). With no
+arrival in the window it is the present level.
 """
 
 from __future__ import annotations
@@ -156,10 +156,10 @@ def project(
     own mean predictions for the representative requests on the pod holding N (a prefill pod
     only prefills; a decode pod receives its requests prefilled). Each arrival finds, per pod,
     what those before it left: in a burst, the ones ahead of it, still before their first
-    token. The snapshots are those findings at evenly spaced quantiles, per pod, each at least
-    the present load (a queue already standing is not drained on paper): the present gauges,
-    plus for the requests above them running, waiting and KV as the present ones (``_found``),
-    plus the uncached prompts of the replayed ones still before their first token.
+    token. The snapshots are those findings at evenly spaced quantiles, per pod (``_found``):
+    the present gauges, plus for the requests above them running, waiting and KV as the
+    present ones (scaled down below them), plus the uncached prompts of the replayed ones
+    still before their first token.
 
     With latency that grows with load, arrivals that come sooner or more densely never give a
     pod less load in any snapshot."""
@@ -208,11 +208,12 @@ def project(
         # Weighted: an arrival standing for several requests found the same pods for each.
         found = np.quantile(seen, q, axis=0, weights=counts, method="inverted_cdf")
         ahead = np.quantile(seen_prefill, q, axis=0, weights=counts, method="inverted_cdf")
-        at = np.maximum(n0, found)
+        # Not floored at the present load: the present is itself one arrival's view, and a
+        # floor would bias every state up (Mooncake read 5-6 points pessimistic with one).
         out.append(
             (
-                [_found(p, n0[j], at[j], ahead[j], footprint[j]) for j, p in enumerate(pods)],
-                at,
+                [_found(p, n0[j], found[j], ahead[j], footprint[j]) for j, p in enumerate(pods)],
+                found,
             )
         )
     return out
@@ -343,25 +344,30 @@ def _footprints(
 
 
 def _holding(pod: Candidate, n0: float, n: float, per: _Footprint) -> Candidate:
-    """``pod`` holding ``n`` requests in the system rather than its present ``n0``: the ones
-    above it young (``_footprints``), or its gauges scaled down."""
-    if n >= n0:
-        return _found(pod, n0, n, (n - n0), per)
-    share = n / n0
-    return dataclasses.replace(
-        pod,
-        num_request_running=round(pod.num_request_running * share),
-        num_request_waiting=round(pod.num_request_waiting * share),
-        kv_cache_percentage=pod.kv_cache_percentage * share,
-        prefill_tokens_in_flight=round(pod.prefill_tokens_in_flight * share),
-        decode_tokens_in_flight=round(pod.decode_tokens_in_flight * share),
-    )
+    """``pod`` holding ``n`` requests in the system rather than its present ``n0``, the ones
+    above it young (``_footprints``): where the latency grid is predicted."""
+    return _found(pod, n0, n, max(0.0, n - n0), per)
 
 
 def _found(pod: Candidate, n0: float, n: float, prefilling: float, per: _Footprint) -> Candidate:
-    """``pod`` as an arrival finds it: ``n`` (>= ``n0``) requests in the system, of which
-    ``prefilling`` replayed ones still hold their uncached prompt in prefill. The present
-    requests keep their gauges; the ones above them run, wait and hold KV as they do."""
+    """``pod`` as an arrival finds it: ``n`` requests in the system, of which ``prefilling``
+    replayed ones still hold their uncached prompt in prefill. Above the present ``n0``, the
+    present requests keep their gauges and the ones above them run, wait and hold KV as they
+    do; below it, the present gauges scale down with ``n``. Either way the prefilling ones add
+    their prompts to the prefill tokens in flight. Every gauge rises with ``n`` and with
+    ``prefilling``."""
+    if n < n0:
+        share = n / n0
+        return dataclasses.replace(
+            pod,
+            num_request_running=round(pod.num_request_running * share),
+            num_request_waiting=round(pod.num_request_waiting * share),
+            kv_cache_percentage=pod.kv_cache_percentage * share,
+            prefill_tokens_in_flight=round(
+                pod.prefill_tokens_in_flight * share + prefilling * per[3]
+            ),
+            decode_tokens_in_flight=round(pod.decode_tokens_in_flight * share),
+        )
     extra = n - n0
     return dataclasses.replace(
         pod,
