@@ -187,6 +187,7 @@ def project(
     times, weights = _merged(arrivals, MAX_ARRIVALS)
     seen = np.empty((len(times), len(pods)))  # requests in the system each arrival finds
     seen_prefill = np.empty_like(seen)  # of which replayed ones still before their first token
+    seen_present = np.empty_like(seen)  # and of the present ones, still there
     present, young, old = n0.copy(), np.zeros_like(n0), np.zeros_like(n0)
     last = 0.0
     for k, (t, w) in enumerate(zip(times, weights, strict=True)):
@@ -199,6 +200,7 @@ def project(
             young, old = _drain(young, old, tp, td, gap)
         seen[k] = present + young + old
         seen_prefill[k] = young
+        seen_present[k] = present
         young = young + np.where(into_decode, 0.0, w * share)
         old = old + np.where(into_decode, w * share, 0.0)
         last = t
@@ -208,11 +210,13 @@ def project(
         # Weighted: an arrival standing for several requests found the same pods for each.
         found = np.quantile(seen, q, axis=0, weights=counts, method="inverted_cdf")
         ahead = np.quantile(seen_prefill, q, axis=0, weights=counts, method="inverted_cdf")
-        # Not floored at the present load: the present is itself one arrival's view, and a
-        # floor would bias every state up (Mooncake read 5-6 points pessimistic with one).
+        left = np.quantile(seen_present, q, axis=0, weights=counts, method="inverted_cdf")
         out.append(
             (
-                [_found(p, n0[j], found[j], ahead[j], footprint[j]) for j, p in enumerate(pods)],
+                [
+                    _found(p, n0[j], found[j], ahead[j], footprint[j], left[j])
+                    for j, p in enumerate(pods)
+                ],
                 found,
             )
         )
@@ -349,13 +353,23 @@ def _holding(pod: Candidate, n0: float, n: float, per: _Footprint) -> Candidate:
     return _found(pod, n0, n, max(0.0, n - n0), per)
 
 
-def _found(pod: Candidate, n0: float, n: float, prefilling: float, per: _Footprint) -> Candidate:
+def _found(
+    pod: Candidate,
+    n0: float,
+    n: float,
+    prefilling: float,
+    per: _Footprint,
+    present: float | None = None,
+) -> Candidate:
     """``pod`` as an arrival finds it: ``n`` requests in the system, of which ``prefilling``
-    replayed ones still hold their uncached prompt in prefill. Above the present ``n0``, the
-    present requests keep their gauges and the ones above them run, wait and hold KV as they
-    do; below it, the present gauges scale down with ``n``. Either way the prefilling ones add
-    their prompts to the prefill tokens in flight. Every gauge rises with ``n`` and with
-    ``prefilling``."""
+    replayed ones still hold their uncached prompt in prefill and ``present`` (default: all
+    ``n0``) present ones are still there. Above ``n0``, the present requests keep their gauges
+    and the ones above them run, wait and hold KV as they do; below it, the present gauges
+    scale down with ``n``. The present prefill tokens in flight scale with the present
+    requests left (they are the present requests' prompts, not the replay's), and the
+    prefilling ones add theirs. Every gauge rises with ``n``, ``prefilling`` and ``present``."""
+    left = 1.0 if present is None or n0 <= 0.0 else min(1.0, present / n0)
+    prefill = round(pod.prefill_tokens_in_flight * left + prefilling * per[3])
     if n < n0:
         share = n / n0
         return dataclasses.replace(
@@ -363,9 +377,7 @@ def _found(pod: Candidate, n0: float, n: float, prefilling: float, per: _Footpri
             num_request_running=round(pod.num_request_running * share),
             num_request_waiting=round(pod.num_request_waiting * share),
             kv_cache_percentage=pod.kv_cache_percentage * share,
-            prefill_tokens_in_flight=round(
-                pod.prefill_tokens_in_flight * share + prefilling * per[3]
-            ),
+            prefill_tokens_in_flight=prefill,
             decode_tokens_in_flight=round(pod.decode_tokens_in_flight * share),
         )
     extra = n - n0
@@ -374,7 +386,7 @@ def _found(pod: Candidate, n0: float, n: float, prefilling: float, per: _Footpri
         num_request_running=pod.num_request_running + round(extra * per[0]),
         num_request_waiting=pod.num_request_waiting + round(extra * per[1]),
         kv_cache_percentage=min(1.0, pod.kv_cache_percentage + extra * per[2]),
-        prefill_tokens_in_flight=pod.prefill_tokens_in_flight + round(prefilling * per[3]),
+        prefill_tokens_in_flight=prefill,
         decode_tokens_in_flight=pod.decode_tokens_in_flight + round(extra * per[4]),
     )
 
