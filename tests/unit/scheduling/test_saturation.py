@@ -255,9 +255,15 @@ def test_a_burst_finds_the_requests_ahead_of_it_and_spaced_arrivals_find_the_pod
 
 def test_a_standing_queue_drains_before_a_late_arrival() -> None:
     late = _arrivals([59.0])  # the present requests have long left by then
-    for state, held in project(MIDDLING, REQUESTS, late, linear):
+    prefilling = [dataclasses.replace(p, prefill_tokens_in_flight=5000) for p in MIDDLING]
+    for state, held in project(prefilling, REQUESTS, late, linear):
         assert list(held) == pytest.approx([0.0, 0.0], abs=1e-6)
         assert [(p.num_request_running, p.num_request_waiting) for p in state] == [(0, 0)] * 2
+        # Their prompts left with them: not counted beside the replayed requests'.
+        assert [p.prefill_tokens_in_flight for p in state] == [0, 0]
+    # At once, the present requests are all there, with their prompts in prefill.
+    for state, _ in project(prefilling, REQUESTS, _arrivals([0.0]), linear):
+        assert [p.prefill_tokens_in_flight for p in state] == [5000, 5000]
     assert saturation(MIDDLING, REQUESTS, POLICY, 400.0, 20.0, linear, None, late).level <= (
         saturation(MIDDLING, REQUESTS, POLICY, 400.0, 20.0, linear).level
     )
