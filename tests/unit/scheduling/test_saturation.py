@@ -313,7 +313,9 @@ def test_a_higher_arrival_rate_never_lowers_the_level(
     log_sd: float | None,
 ) -> None:
     """The same arrivals sooner (their times scaled down) or each standing for more requests:
-    never a lower level for the pool or any pod."""
+    never a lower level for any pod. (Not asserted for the pool's level: through the chain's
+    tier filter a pod made fuller can drop out of the candidates and raise the pool's share
+    meeting, as with the present level; docs/capacity.md, "Not built yet".)"""
     meet = None if log_sd is None else _spread(_one_band(log_sd))
     pods = [
         pod(
@@ -335,7 +337,6 @@ def test_a_higher_arrival_rate_never_lowers_the_level(
     faster = level(_arrivals([t * sooner for t in times]))
     denser = level(_arrivals(times, [heavier] * len(times)))
     for higher in (faster, denser):
-        assert higher.level >= base.level - 1e-12
         for b, a in zip(base.pods, higher.pods, strict=True):
             assert a.level >= b.level - 1e-12
 
