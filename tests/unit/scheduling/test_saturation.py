@@ -148,7 +148,13 @@ def test_saturation_rises_monotonically_as_pods_fill(
     """Adding load to any pod never lowers a pod's level or the pool's: by the 0/1 rule (None)
     and by the chance of missing with a spread that is the same at every load. (A spread that
     widens with load can raise the chance of a pod already past its SLO as it fills: its
-    wider spread reaches further under the SLO. docs/capacity.md.)"""
+    wider spread reaches further under the SLO. docs/capacity.md.)
+
+    The pool's level is held to it by the 0/1 rule only. By the chance of missing it is not
+    monotone: the chain routes on the means, so when a pod fills and leaves the positive tier a
+    request can move to a pod where its chance of missing is lower (found by Hypothesis under
+    ``least``: 0.48 -> 0.125, the picked pod's TTFT headroom 0.95 ms -> 31 ms, and under other
+    draws with both strategies). Each pod's level is monotone either way."""
     meet = None if log_sd is None else _spread(_one_band(log_sd))
     pods = [
         pod(
@@ -174,7 +180,8 @@ def test_saturation_rises_monotonically_as_pods_fill(
     policy = SchedulingPolicy(strategy=strategy)  # type: ignore[arg-type]
     before = saturation(pods, requests, policy, ttft_slo, tpot_slo, linear, meet)
     after = saturation(fuller, requests, policy, ttft_slo, tpot_slo, linear, meet)
-    assert after.level >= before.level
+    if meet is None:
+        assert after.level >= before.level
     for b, a in zip(before.pods, after.pods, strict=True):
         assert a.level >= b.level
 
