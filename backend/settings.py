@@ -280,6 +280,14 @@ class CapacitySettings(BaseModel):
         le=1_000,
         description="Requests from the profile placed on every pod per tick (evenly spaced).",
     )
+    arrival_window_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="The saturation level is that of the next interval: the requests that "
+        "arrived over this window (their times from the TTFT samples) are replayed from now onto "
+        "the pods, so that bursts count (docs/capacity.md).",
+    )
     profile_rows: int = Field(
         512,
         ge=1,

@@ -4,9 +4,11 @@ Starts `headroom serve` (embedded mode, its own SQLite file), posts profile-shap
 from 100 named pods as the EPP would, sets SLOs, waits for both models and the first
 saturation report, then measures sequential GETs over one keep-alive connection (the answer
 comes from memory) and, in this process, what one tick of one pool costs: predicting 32
-representative requests on 100 pods and running the pool's chain for each. Prints JSON.
+representative requests on 100 pods and running the pool's chain for each, with the pods as
+they stand and for the next interval (a minute of arrivals at `--rate` per second replayed
+onto them, `backend.scheduling.saturation.project`). Prints JSON.
 
-    .venv/bin/python bench/saturation.py [--calls 2000] [--pods 100]
+    .venv/bin/python bench/saturation.py [--calls 2000] [--pods 100] [--rate 50]
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from _common import machine
 
 from backend.capacity.service import columns
 from backend.predictor.training import predict_columns, train_target
-from backend.scheduling.saturation import Representative, saturation
+from backend.scheduling.saturation import Arrivals, Representative, saturation
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
 from backend.sim.entries import training_entries
 from backend.sim.gpu import load_profile
@@ -71,7 +73,7 @@ def _http(url: str, pods: int, calls: int) -> dict[str, Any]:
     return {"pods": body["fresh_pods"], "saturation": body["saturation"], **_percentiles(times)}
 
 
-def _tick(pods: int, repeats: int) -> dict[str, Any]:
+def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
     rows = sample_rows(5000, np.random.default_rng(0), load_profile("a100-llama3-8b"))
     held_out = np.zeros(len(rows["actual_ttft_ms"]), dtype=bool)
     ttft = train_target("ttft", rows, rows["actual_ttft_ms"], held_out).model
@@ -98,12 +100,24 @@ def _tick(pods: int, repeats: int) -> dict[str, Any]:
         cols = columns(batch)
         return predict_columns(ttft, "ttft", cols), predict_columns(tpot, "tpot", cols)
 
-    times = []
+    # A minute of Poisson arrivals at `rate` (beyond 1,024 the replay merges runs of them).
+    gaps = rng.exponential(1.0 / rate, int(rate * 60 * 1.5)) if rate > 0 else np.zeros(0)
+    times_s = np.cumsum(gaps)
+    arrivals = Arrivals(tuple(times_s[times_s < 60.0].tolist()), 60.0, 200.0)
+    present, next_interval = [], []
     for _ in range(repeats):
         start = time.perf_counter()
         saturation(candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict)
-        times.append((time.perf_counter() - start) * 1000)
-    return {"pods": pods, "representatives": len(reps), **_percentiles(times)}
+        present.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        saturation(candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict, None, arrivals)
+        next_interval.append((time.perf_counter() - start) * 1000)
+    return {
+        "pods": pods,
+        "representatives": len(reps),
+        "present": _percentiles(present),
+        "next_interval": {"arrivals": len(arrivals.times_s), **_percentiles(next_interval)},
+    }
 
 
 def main() -> None:
@@ -111,6 +125,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--rate", type=float, default=50.0, help="arrivals/s replayed")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = {"HEADROOM_LOG_LEVEL": "warning", "HEADROOM_TRAINING__INTERVAL_S": "1"}
@@ -120,7 +135,7 @@ def main() -> None:
         "benchmark": "saturation",
         "machine": machine(),
         "get_saturation_ms": http_ms,
-        "tick_ms_one_pool": _tick(args.pods, args.ticks),
+        "tick_ms_one_pool": _tick(args.pods, args.ticks, args.rate),
     }
     print(json.dumps(result, indent=2))
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/saturation_calibration.py [--traces mooncake,azure] [--seeds 0,1]
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
+        [--saturation-load azure=1.324]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -16,7 +17,11 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    32 representative requests from the last minute's arrivals, the router's own online models
    and policy; ``backend.sim.autoscale.Probe``). Predicted: 1 - level. Measured: the share of
    the requests arriving before the next probe that met both SLOs. Each load reports the means over
-   its probes and the gap (predicted - measured), mean and min-max over seeds.
+   its probes and the gap (predicted - measured), mean and min-max over seeds. The level is the
+   one for the next interval (the recent arrivals replayed from now, as the service computes
+   it); ``*_present`` is the same probe's level with the pods as they stand, and
+   ``*_mean_rate`` with the window's arrivals evenly spaced (their rate without their bursts),
+   for comparison.
 
 Reduced scale on a shared 2-core machine: ``--requests`` per run and ``--pods`` pods.
 """
@@ -92,41 +97,52 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     sim = _setup(suite_name, args, load, seed)
     router = sim.policy
     assert isinstance(router, PredictedLatency)
-    probe = Probe(sim, router)
+    probe = Probe(sim, router)  # the level for the next interval (the service's)
+    present = Probe(sim, router, next_interval=False)  # the pods as they stand (before)
+    mean_rate = Probe(sim, router, evenly=True)  # the arrivals' mean rate, without bursts
     pods = list(range(len(sim.servers)))
-    times, predicted = [], []
+    times, predicted, predicted_now, predicted_even = [], [], [], []
     span = float(sim.trace.arrival_s[-1])
     every = max(SLICE_S, (span - WARMUP_S) / MAX_PROBES)
     t = 0.0
     while sim.run_until(t):
         sim.view.now = t
         if t >= WARMUP_S:
-            level = probe.level(pods)
-            if level is not None:
+            level, now_level, even = probe.level(pods), present.level(pods), mean_rate.level(pods)
+            if level is not None and now_level is not None and even is not None:
                 times.append(t)
                 predicted.append(1.0 - level)
+                predicted_now.append(1.0 - now_level)
+                predicted_even.append(1.0 - even)
         t += SLICE_S if t < WARMUP_S else every
     result = sim.run()
     slo = sim.config.slo
     ok = meets_slo(result, slo)
     arrival = result.arrival
     pairs = []
-    for at, pred in zip(times, predicted, strict=True):
+    for at, pred, pred_now, pred_even in zip(
+        times, predicted, predicted_now, predicted_even, strict=True
+    ):
         mask = (arrival >= at) & (arrival < at + every)
         if mask.any():
-            pairs.append((pred, float(ok[mask].mean()), int(mask.sum())))
+            pairs.append((pred, pred_now, pred_even, float(ok[mask].mean()), int(mask.sum())))
     if not pairs:
         return {"load": load, "seed": seed, "probes": 0}
-    pred_arr = np.array([p for p, _, _ in pairs])
-    meas_arr = np.array([m for _, m, _ in pairs])
-    weights = np.array([n for _, _, n in pairs], dtype=np.float64)
+    pred_arr = np.array([p[0] for p in pairs])
+    now_arr = np.array([p[1] for p in pairs])
+    even_arr = np.array([p[2] for p in pairs])
+    meas_arr = np.array([p[3] for p in pairs])
+    weights = np.array([p[4] for p in pairs], dtype=np.float64)
     return {
         "load": load,
         "seed": seed,
         "probes": len(pairs),
         "predicted": round(float(np.average(pred_arr, weights=weights)), 4),
+        "predicted_present": round(float(np.average(now_arr, weights=weights)), 4),
+        "predicted_mean_rate": round(float(np.average(even_arr, weights=weights)), 4),
         "measured": round(float(np.average(meas_arr, weights=weights)), 4),
         "per_probe_mae": round(float(np.mean(np.abs(pred_arr - meas_arr))), 4),
+        "per_probe_mae_present": round(float(np.mean(np.abs(now_arr - meas_arr))), 4),
         "run_attainment": round(slo_attainment(result, slo), 4),
     }
 
@@ -138,12 +154,22 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--relative", default="0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2")
+    parser.add_argument(
+        "--saturation-load",
+        default="",
+        help="TRACE=LOAD,...: take 1.0x from an earlier run's search instead of searching "
+        "(the search runs seed 0 only and does not use the level)",
+    )
     args = parser.parse_args()
     started = time.time()
     seeds = [int(s) for s in args.seeds.split(",")]
     out: dict[str, Any] = {}
+    given = dict(item.split("=") for item in args.saturation_load.split(",") if item)
     for suite_name in args.traces.split(","):
-        sat = saturation_load(suite_name, args)
+        if suite_name in given:
+            sat = {"load": float(given[suite_name]), "given": True}
+        else:
+            sat = saturation_load(suite_name, args)
         rows = []
         for rel in (float(r) for r in args.relative.split(",")):
             runs = [probe_run(suite_name, args, rel * sat["load"], seed) for seed in seeds]
@@ -156,6 +182,13 @@ def main() -> None:
                 "predicted_meeting": mean_min_max([r["predicted"] for r in runs]),
                 "measured_meeting": mean_min_max([r["measured"] for r in runs]),
                 "gap_points": mean_min_max([100 * (r["predicted"] - r["measured"]) for r in runs]),
+                "predicted_meeting_present": mean_min_max([r["predicted_present"] for r in runs]),
+                "gap_points_present": mean_min_max(
+                    [100 * (r["predicted_present"] - r["measured"]) for r in runs]
+                ),
+                "gap_points_mean_rate": mean_min_max(
+                    [100 * (r["predicted_mean_rate"] - r["measured"]) for r in runs]
+                ),
                 "runs": runs,
             }
             rows.append(row)

@@ -14,6 +14,10 @@ class PodSaturationRead(BaseModel):
     saturation: float = Field(description="Share of representative requests that would miss.")
     ttft_ms_p50: float = Field(description="Predicted TTFT of the median request on this pod.")
     tpot_ms_p50: float = Field(description="Predicted TPOT of the median request on this pod.")
+    requests: float = Field(
+        description="Requests in the system (running + waiting) the level was computed at: the "
+        "present ones, or more where the recent arrivals, replayed, queue (the middle state)."
+    )
 
 
 class HeadroomRead(BaseModel):
@@ -64,8 +68,9 @@ class DesiredReplicasRead(BaseModel):
 class SaturationRead(BaseModel):
     pool: str
     saturation: float | None = Field(
-        description="Share of representative requests that would miss an SLO if routed now by "
-        "the pool's chain: 0 all fit, 1 none does. Null when it cannot be computed (see status)."
+        description="Share of representative requests that would miss an SLO if routed by the "
+        "pool's chain over the next interval (the recent arrivals replayed onto the pods): 0 all "
+        "fit, 1 none does. Null when it cannot be computed (see status)."
     )
     status: str = Field(
         description="ok, or why there is no level: no_slo (the policy sets no SLO), no_model, "
@@ -76,6 +81,10 @@ class SaturationRead(BaseModel):
     tpot_slo_ms: float | None
     policy_version: int | None
     representatives: int = Field(description="Requests from the recent profile placed per pod.")
+    arrival_rate_rps: float = Field(
+        description="Arrival rate of the requests replayed for the next interval (the last "
+        "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`); 0: the pods as they stand."
+    )
     headroom_p50: HeadroomRead | None = Field(description="At the median request (by prompt).")
     headroom_p90: HeadroomRead | None = Field(description="At the p90 request (by prompt).")
     fresh_pods: int
@@ -102,6 +111,7 @@ class SaturationRead(BaseModel):
                 tpot_slo_ms=None,
                 policy_version=None,
                 representatives=0,
+                arrival_rate_rps=0.0,
                 headroom_p50=None,
                 headroom_p90=None,
                 fresh_pods=0,
@@ -119,6 +129,7 @@ class SaturationRead(BaseModel):
             tpot_slo_ms=report.tpot_slo_ms,
             policy_version=report.policy_version,
             representatives=sat.representatives if sat else 0,
+            arrival_rate_rps=sat.arrival_rate_rps if sat else 0.0,
             headroom_p50=HeadroomRead.of(sat.p50) if sat else None,
             headroom_p90=HeadroomRead.of(sat.p90) if sat else None,
             fresh_pods=report.fresh_pods,
@@ -129,6 +140,7 @@ class SaturationRead(BaseModel):
                     saturation=p.level,
                     ttft_ms_p50=p.ttft_ms_p50,
                     tpot_ms_p50=p.tpot_ms_p50,
+                    requests=p.requests,
                 )
                 for p in (sat.pods if sat else ())
             ],

@@ -3,15 +3,17 @@
 Every API process runs one ``CapacityMonitor`` (a background job): each tick reads the samples
 added since the last one, updates each pool's pod gauges and request profile, and recomputes
 the pool's saturation with the models this process serves and the pool's policy, through the
-scheduling library that ``/v1/schedule`` uses. Requests and scrapes read the last result; they
-never compute. A tick costs one indexed range scan plus one batch prediction per pool.
+scheduling library that ``/v1/schedule`` uses, for the next interval: the pool's arrivals of
+the last ``arrival_window_s`` replayed onto the pods. Requests and scrapes read the last
+result; they never compute. A tick costs two indexed range scans (the pods' newest gauges, the
+pools' request counts) plus a few batch predictions per pool.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +32,7 @@ from backend.predictor.features import POD_TYPE_CODES
 from backend.predictor.serving import ModelsNotReady, ModelStore, meet_both, predict_both
 from backend.routing.service import PoolPolicy
 from backend.samples import repository
-from backend.samples.models import WINDOW_FEATURES
+from backend.samples.models import WINDOW_FEATURES, TargetCode
 from backend.scheduling.saturation import Saturation, saturation
 from backend.scheduling.types import Candidate, FloatArray
 from backend.settings import CapacitySettings
@@ -167,7 +169,14 @@ class CapacityMonitor:
                 return 0
             pods = repository.latest_per_pod(session, self._after, top)
             recent = repository.newest_after(session, self._after, top, s.profile_rows)
+            requests = repository.ttft_counts(session, self._after, top)
         apply(self._signals, pods, s.profile_size, profile=False)
+        # A busy tick's read is cut to the newest rows: each arrival read then stands for the
+        # pool's TTFT rows it could not read too, so that the replayed rate is the real one.
+        read = Counter(r.pool_id for r in recent if r.target == TargetCode.TTFT)
+        for pool_id, count in requests.items():
+            pool = self._signals.setdefault(pool_id, PoolSignals(s.profile_size))
+            pool.arrival_weight = count / read[pool_id] if read[pool_id] else 1.0
         apply(self._signals, recent, s.profile_size, gauges=False)
         self._after = top
         return len(pods) + len(recent)
@@ -218,6 +227,7 @@ class CapacityMonitor:
                 tpot_slo,
                 predict,
                 meet,
+                signals.recent_arrivals(now, self._settings.arrival_window_s),
             )
         except ModelsNotReady:  # the model went away between the check and the call
             return report(NO_MODEL)

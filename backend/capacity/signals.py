@@ -14,10 +14,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from backend.predictor.features import POD_TYPE_CODES
 from backend.samples.models import TargetCode
-from backend.scheduling.saturation import Representative
+from backend.scheduling.saturation import Arrivals, Representative
 from backend.scheduling.types import Candidate, Role
+
+# Arrival times kept per pool at most (a minute's worth of reads at the profile's row limit).
+MAX_ARRIVALS_KEPT = 16_384
 
 # The roles the scheduling chain places requests on; an encode-only pod serves no LLM request.
 _ROLES: dict[int, Role] = {POD_TYPE_CODES[r]: r for r in ("", "prefill", "decode")}
@@ -58,15 +63,23 @@ class PoolSignals:
     pods: dict[str, PodGauges] = field(default_factory=dict)
     requests: deque[Representative] = field(init=False)
     output_tokens: deque[int] = field(init=False)
+    # (arrival time, requests it stands for): each TTFT sample's observation less its TTFT.
+    arrivals: deque[tuple[datetime, float]] = field(init=False)
+    arrival_weight: float = 1.0
+    """Requests each TTFT row read now stands for: more than 1 when a tick's read was cut to
+    the newest rows (set by the monitor from the count of the pool's TTFT rows)."""
 
     def __post_init__(self) -> None:
         self.requests = deque(maxlen=self.profile_size)
         self.output_tokens = deque(maxlen=self.profile_size)
+        self.arrivals = deque(maxlen=MAX_ARRIVALS_KEPT)
 
     def add(self, row: Any, *, profile: bool = True, gauges: bool = True) -> None:
         if profile:
             if row.target == TargetCode.TTFT:
                 self.requests.append(Representative(row.input_token_length, row.prefix_cache_score))
+                arrived = _utc(row.observed_at) - timedelta(milliseconds=row.latency_ms)
+                self.arrivals.append((arrived, self.arrival_weight))
             elif row.num_tokens_generated > 0:
                 self.output_tokens.append(row.num_tokens_generated)
         if not gauges or not row.pod or row.pod_type not in _ROLES:
@@ -85,6 +98,19 @@ class PoolSignals:
             decode_tokens_in_flight=row.decode_tokens_in_flight,
             role=_ROLES[row.pod_type],
             pod_class=row.pod_class,
+        )
+
+    def recent_arrivals(self, now: datetime, window_s: float) -> Arrivals:
+        """The requests that arrived over the last ``window_s``, with the mean output length
+        of the profile's requests."""
+        output = float(np.mean(self.output_tokens)) if self.output_tokens else 1.0
+        start = now - timedelta(seconds=window_s)
+        inside = sorted((t, w) for t, w in self.arrivals if start < t <= now)
+        return Arrivals(
+            tuple((t - start).total_seconds() for t, _ in inside),
+            window_s,
+            output,
+            tuple(w for _, w in inside),
         )
 
     def fresh_pods(self, now: datetime, stale_after_s: float) -> tuple[list[PodGauges], list[str]]:

@@ -150,6 +150,7 @@ _SIGNAL_COLUMNS = (
     Sample.input_token_length,
     Sample.prefix_cache_score,
     Sample.num_tokens_generated,
+    Sample.latency_ms,
 )
 
 
@@ -164,6 +165,17 @@ def latest_per_pod(session: Session, after_id: int, upto_id: int) -> list[Any]:
     )
     query = select(*_SIGNAL_COLUMNS).where(Sample.id.in_(newest)).order_by(Sample.id)
     return list(session.execute(query).all())
+
+
+def ttft_counts(session: Session, after_id: int, upto_id: int) -> dict[int, int]:
+    """Per pool: the TTFT samples (one per request) among ids in (after_id, upto_id], counted
+    by the database over the same id range as ``latest_per_pod``."""
+    query = (
+        select(Sample.pool_id, func.count())
+        .where(Sample.id > after_id, Sample.id <= upto_id, Sample.target == TargetCode.TTFT)
+        .group_by(Sample.pool_id)
+    )
+    return {int(pool_id): int(n) for pool_id, n in session.execute(query)}
 
 
 def newest_after(session: Session, after_id: int, upto_id: int, limit: int) -> list[Any]:

@@ -17,6 +17,16 @@ mean just fits miss, and the 0/1 rule counted them all as meeting (optimistic by
 Azure code at 1.0-1.2x saturation, docs/capacity.md). Without it, the 0/1 rule. Exploration of
 the negative tier (``epsilon_explore_neg``) is switched off here: it sends a request to a pod
 that is predicted to miss on purpose, which says nothing about capacity.
+
+**The next interval.** The pods as they stand hold only the requests already sent; the requests
+arriving next meet the queues they build themselves, in bursts above all (a probe at a random
+instant mostly sees the calm between bursts, while most requests arrive inside one). With
+``Arrivals`` (the pool's recent arrival times and mean output length) those arrivals are
+replayed from now onto the pods (``project``): per pod, the requests in the system follow
+Little's law as a fluid, each arrival adding its share, passing its first token and then its
+decode at the rates the models' own predictions on the pod holding N give. The level is the
+mean of the levels on the states the arrivals find (at evenly spaced quantiles). With no
+arrival in the window it is the present level.
 """
 
 from __future__ import annotations
@@ -61,6 +71,9 @@ class PodLevel:
     level: float  # share of representative requests that would miss an SLO on this pod
     ttft_ms_p50: float  # predicted TTFT of the median representative request here
     tpot_ms_p50: float
+    # Requests in the system (running + waiting) the level was computed at: the present ones,
+    # or more where the arrival rate is projected to build a queue (``project``).
+    requests: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +94,301 @@ class Saturation:
     p50: Headroom
     p90: Headroom
     representatives: int
+    arrival_rate_rps: float = 0.0  # the rate the pods were projected at (0: as they stand)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrivals:
+    """The traffic the pods' gauges do not hold yet: the pool's recent arrivals, replayed from
+    now. ``times_s`` are their arrival times (seconds from the start of the ``window_s`` they
+    were seen in, ascending), ``weights`` how many requests each stands for (1 each when every
+    arrival was seen), ``output_tokens`` the mean output length of a recent request."""
+
+    times_s: tuple[float, ...]
+    window_s: float
+    output_tokens: float
+    weights: tuple[float, ...] | None = None
+
+    @property
+    def rate_rps(self) -> float:
+        count = sum(self.weights) if self.weights is not None else len(self.times_s)
+        return count / self.window_s
+
+    def __post_init__(self) -> None:
+        if any(b < a for a, b in zip(self.times_s, self.times_s[1:], strict=False)):
+            raise ValueError("times_s must be ascending")
+        if self.weights is not None and len(self.weights) != len(self.times_s):
+            raise ValueError("one weight per arrival")
+        if not self.output_tokens >= 0.0:
+            raise ValueError("output_tokens must be >= 0")
+        if not self.window_s > 0.0:
+            raise ValueError("window_s must be > 0")
+
+
+LATENCY_REQUESTS = 8
+"""Representative requests, evenly spaced by prompt, whose mean latency is a pod's W(N)."""
+PROJECTED_STATES = 4
+"""The states the replayed arrivals find, at evenly spaced quantiles, that the level averages."""
+MAX_ARRIVALS = 1024
+"""Arrivals replayed at most; beyond, consecutive ones are merged (their weights summed)."""
+# Requests in the system, beyond the present ones, at which W(N) is predicted (interpolated
+# between, extrapolated past the last).
+_GRID_EXTRA = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+_MIN_LATENCY_S = 1e-3
+_MAX_LATENCY_S = 1e6  # "never leaves" within any window, and finite arithmetic
+
+
+def project(
+    pods: Sequence[Candidate],
+    requests: Sequence[Representative],
+    arrivals: Arrivals,
+    predict: RowPredictor,
+    states: int = PROJECTED_STATES,
+) -> list[tuple[list[Candidate], FloatArray]]:
+    """The pods as the next interval's arrivals find them: ``states`` snapshots (each the pods
+    and the requests in the system on each), or none without arrivals.
+
+    The recent arrivals are replayed from now onto the pods as they stand, as a fluid per pod:
+    each arrival adds its share of a request to every pod of its role (a balancing chain
+    spreads them evenly). A replayed request leaves the prefill stage at 1 / TTFT(N) and then
+    decodes, leaving at 1 / (TPOT(N) x the further output tokens); the present requests leave
+    at 1 / W(N), the sum (Little's law: N / W(N) leave per second). The times are the models'
+    own mean predictions for the representative requests on the pod holding N (a prefill pod
+    only prefills; a decode pod receives its requests prefilled). Each arrival finds, per pod,
+    what those before it left: in a burst, the ones ahead of it, still before their first
+    token. The snapshots are those findings at evenly spaced quantiles, per pod (``_found``):
+    the present gauges, plus for the requests above them running, waiting and KV as the
+    present ones (scaled down below them), plus the uncached prompts of the replayed ones
+    still before their first token.
+
+    With latency that grows with load, arrivals that come sooner or more densely never give a
+    pod less load in any snapshot."""
+    n0 = np.array([p.num_request_running + p.num_request_waiting for p in pods], np.float64)
+    if not arrivals.times_s or not pods or not requests or states < 1:
+        return []
+    ordered = sorted(requests, key=lambda r: (r.prompt_tokens, r.prefix_cache_score))
+    picks = np.linspace(0, len(ordered) - 1, min(LATENCY_REQUESTS, len(ordered)))
+    reps = [ordered[i] for i in picks.round().astype(int).tolist()]
+    mean_prompt = float(np.mean([r.prompt_tokens for r in requests]))
+    mean_uncached = float(
+        np.mean([r.prompt_tokens * (1.0 - r.prefix_cache_score) for r in requests])
+    )
+    footprint = _footprints(pods, n0, mean_prompt, mean_uncached)
+    grid, prefill_s, decode_s = _latency_table(
+        pods, n0, footprint, reps, arrivals.output_tokens, predict
+    )
+
+    n_prefill = sum(1 for p in pods if p.role == "prefill")
+    share = np.array(
+        [1.0 / (n_prefill if p.role == "prefill" else len(pods) - n_prefill) for p in pods]
+    )
+    # A decode pod of a P/D pool receives its requests prefilled: straight into decode.
+    into_decode = np.array([p.role == "decode" for p in pods])
+    times, weights = _merged(arrivals, MAX_ARRIVALS)
+    seen = np.empty((len(times), len(pods)))  # requests in the system each arrival finds
+    seen_prefill = np.empty_like(seen)  # of which replayed ones still before their first token
+    seen_present = np.empty_like(seen)  # and of the present ones, still there
+    present, young, old = n0.copy(), np.zeros_like(n0), np.zeros_like(n0)
+    last = 0.0
+    for k, (t, w) in enumerate(zip(times, weights, strict=True)):
+        gap = max(0.0, t - last)  # from now (the window's start) to the first arrival too
+        if gap > 0.0:
+            n = present + young + old
+            tp = _interpolate(grid, prefill_s, n)
+            td = _interpolate(grid, decode_s, n)
+            present = present * np.exp(-gap / (tp + td))
+            young, old = _drain(young, old, tp, td, gap)
+        seen[k] = present + young + old
+        seen_prefill[k] = young
+        seen_present[k] = present
+        young = young + np.where(into_decode, 0.0, w * share)
+        old = old + np.where(into_decode, w * share, 0.0)
+        last = t
+    out = []
+    counts = np.repeat(np.asarray(weights, np.float64)[:, None], len(pods), axis=1)
+    for q in (np.arange(states) + 0.5) / states:
+        # Weighted: an arrival standing for several requests found the same pods for each.
+        found = np.quantile(seen, q, axis=0, weights=counts, method="inverted_cdf")
+        ahead = np.quantile(seen_prefill, q, axis=0, weights=counts, method="inverted_cdf")
+        left = np.quantile(seen_present, q, axis=0, weights=counts, method="inverted_cdf")
+        out.append(
+            (
+                [
+                    _found(p, n0[j], found[j], ahead[j], footprint[j], left[j])
+                    for j, p in enumerate(pods)
+                ],
+                found,
+            )
+        )
+    return out
+
+
+def _drain(
+    young: FloatArray, old: FloatArray, tp: FloatArray, td: FloatArray, gap: float
+) -> tuple[FloatArray, FloatArray]:
+    """Over ``gap`` seconds: requests before their first token leave that stage at 1 / ``tp``
+    and start decoding, decoding ones leave at 1 / ``td`` (both rates held over the gap, where
+    the two-stage chain has an exact solution)."""
+    a, b = np.exp(-gap / tp), np.exp(-gap / td)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        moved = np.where(
+            np.abs(td - tp) > 1e-9 * np.maximum(td, tp),
+            young * td / (td - tp) * (b - a),
+            young * gap / tp * a,  # equal rates: the limit of the above
+        )
+    return young * a, old * b + np.maximum(moved, 0.0)
+
+
+def _latency_table(
+    pods: Sequence[Candidate],
+    n0: FloatArray,
+    footprint: list[_Footprint],
+    reps: Sequence[Representative],
+    output_tokens: float,
+    predict: RowPredictor,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per pod, at a grid of N (one prediction call for all pods; rows are pods, columns grid
+    points): the seconds a request spends before its first token (the mean predicted TTFT) and
+    decoding (TPOT x the further output tokens). On a prefill pod a request leaves at its first
+    token; on a decode pod it arrives prefilled. Made non-decreasing in N: a fuller pod never
+    serves a request faster than an emptier one, whatever a fitted model says between its
+    training points. A latency the models cannot give (NaN, inf) holds its requests."""
+    grid = np.concatenate(
+        [
+            np.stack([np.zeros_like(n0), n0 / 2.0, n0], axis=1),
+            n0[:, None] + np.asarray(_GRID_EXTRA),
+        ],
+        axis=1,
+    )
+    rows = [
+        dataclasses.replace(
+            _holding(pod, n0[j], float(n), footprint[j]),
+            input_token_length=r.prompt_tokens,
+            prefix_cache_score=r.prefix_cache_score,
+            num_tokens_generated=1,
+        )
+        for j, pod in enumerate(pods)
+        for n in grid[j]
+        for r in reps
+    ]
+    ttft_flat, tpot_flat = predict(rows)
+    shape = (len(pods), grid.shape[1], len(reps))
+    ttft = np.asarray(ttft_flat, np.float64).reshape(shape)
+    tpot = np.asarray(tpot_flat, np.float64).reshape(shape)
+    further = max(0.0, output_tokens - 1.0)
+    roles = np.array([p.role for p in pods])[:, None, None]
+    before = np.where(roles == "decode", 0.0, ttft)
+    decoding = np.where(
+        roles == "prefill",
+        0.0,
+        np.where(roles == "decode", tpot * max(further, 1.0), tpot * further),
+    )
+
+    def seconds(ms: FloatArray) -> FloatArray:
+        ms = np.where(np.isfinite(ms), ms, _MAX_LATENCY_S * 1000.0)
+        s = np.clip(ms.mean(axis=2) / 1000.0, _MIN_LATENCY_S, _MAX_LATENCY_S)
+        return np.maximum.accumulate(s, axis=1)
+
+    return grid, seconds(before), seconds(decoding)
+
+
+def _interpolate(grid: FloatArray, latency: FloatArray, n: FloatArray) -> FloatArray:
+    """Latency at ``n`` per pod: linear between grid points, extended along the last segment."""
+    cols = grid.shape[1]
+    # The segment [k, k + 1] holding n (the last one past the grid's end).
+    k = np.clip((grid <= n[:, None]).sum(axis=1) - 1, 0, cols - 2)
+    rows = np.arange(len(n))
+    x0, x1 = grid[rows, k], grid[rows, k + 1]
+    y0, y1 = latency[rows, k], latency[rows, k + 1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = np.where(x1 > x0, (y1 - y0) / (x1 - x0), 0.0)
+    out: FloatArray = np.clip(y0 + slope * (n - x0), y0, _MAX_LATENCY_S)
+    return out
+
+
+def _merged(arrivals: Arrivals, most: int) -> tuple[list[float], list[float]]:
+    """At most ``most`` arrivals: runs of consecutive ones merged into their first, their
+    weights summed (a burst stays a burst; the replay's cost stays bounded)."""
+    times = list(arrivals.times_s)
+    weights = list(arrivals.weights) if arrivals.weights is not None else [1.0] * len(times)
+    if len(times) <= most:
+        return times, weights
+    run = -(-len(times) // most)  # ceil
+    return (
+        [times[i] for i in range(0, len(times), run)],
+        [sum(weights[i : i + run]) for i in range(0, len(times), run)],
+    )
+
+
+_Footprint = tuple[float, float, float, float, float]
+"""Per request in the system: (running, waiting, KV fraction, prefill tokens, decode tokens)."""
+
+
+def _footprints(
+    pods: Sequence[Candidate], n0: FloatArray, mean_prompt: float, mean_uncached: float
+) -> list[_Footprint]:
+    """What each request the replay adds above a pod's present load carries. Those are young
+    requests (the ones ahead of an arrival in its burst, or an overload's growing queue), so
+    each holds its uncached prompt in prefill (on a decode pod of a P/D pool, its prompt in
+    decode); running or waiting and KV as the role group's present requests are, one running
+    request with no KV on an idle group."""
+    by_role: dict[str, _Footprint] = {}
+    for role in {p.role for p in pods}:
+        group = [j for j, p in enumerate(pods) if p.role == role]
+        total = float(n0[group].sum())
+        prefill, decode = (0.0, mean_prompt) if role == "decode" else (mean_uncached, 0.0)
+        if total >= 1.0:
+            running = sum(pods[j].num_request_running for j in group) / total
+            waiting = sum(pods[j].num_request_waiting for j in group) / total
+            kv = sum(pods[j].kv_cache_percentage for j in group) / total
+            by_role[role] = (running, waiting, kv, prefill, decode)
+        else:
+            by_role[role] = (1.0, 0.0, 0.0, prefill, decode)
+    return [by_role[p.role] for p in pods]
+
+
+def _holding(pod: Candidate, n0: float, n: float, per: _Footprint) -> Candidate:
+    """``pod`` holding ``n`` requests in the system rather than its present ``n0``, the ones
+    above it young (``_footprints``): where the latency grid is predicted."""
+    return _found(pod, n0, n, max(0.0, n - n0), per)
+
+
+def _found(
+    pod: Candidate,
+    n0: float,
+    n: float,
+    prefilling: float,
+    per: _Footprint,
+    present: float | None = None,
+) -> Candidate:
+    """``pod`` as an arrival finds it: ``n`` requests in the system, of which ``prefilling``
+    replayed ones still hold their uncached prompt in prefill and ``present`` (default: all
+    ``n0``) present ones are still there. Above ``n0``, the present requests keep their gauges
+    and the ones above them run, wait and hold KV as they do; below it, the present gauges
+    scale down with ``n``. The present prefill tokens in flight scale with the present
+    requests left (they are the present requests' prompts, not the replay's), and the
+    prefilling ones add theirs. Every gauge rises with ``n``, ``prefilling`` and ``present``."""
+    left = 1.0 if present is None or n0 <= 0.0 else min(1.0, present / n0)
+    prefill = round(pod.prefill_tokens_in_flight * left + prefilling * per[3])
+    if n < n0:
+        share = n / n0
+        return dataclasses.replace(
+            pod,
+            num_request_running=round(pod.num_request_running * share),
+            num_request_waiting=round(pod.num_request_waiting * share),
+            kv_cache_percentage=pod.kv_cache_percentage * share,
+            prefill_tokens_in_flight=prefill,
+            decode_tokens_in_flight=round(pod.decode_tokens_in_flight * share),
+        )
+    extra = n - n0
+    return dataclasses.replace(
+        pod,
+        num_request_running=pod.num_request_running + round(extra * per[0]),
+        num_request_waiting=pod.num_request_waiting + round(extra * per[1]),
+        kv_cache_percentage=min(1.0, pod.kv_cache_percentage + extra * per[2]),
+        prefill_tokens_in_flight=prefill,
+        decode_tokens_in_flight=pod.decode_tokens_in_flight + round(extra * per[4]),
+    )
 
 
 def _meets(
@@ -103,13 +411,53 @@ def saturation(
     tpot_slo_ms: float | None,
     predict: RowPredictor,
     meet_probability: MeetProbability | None = None,
+    arrivals: Arrivals | None = None,
 ) -> Saturation:
     """The pool's and each pod's saturation level. ``pods`` carry their current gauges; their
     ``input_token_length`` and ``prefix_cache_score`` are replaced by each request's. With
     ``meet_probability`` a request misses with its probability of missing; without, by the 0/1
-    rule on the mean. The chain still routes on the means, as it does live."""
+    rule on the mean. The chain still routes on the means, as it does live.
+
+    With ``arrivals`` the level is that of the next interval: the mean of the levels on the
+    states the recent arrivals, replayed from now, find (``project``); the pods' predictions
+    and the headroom are those of the middle state. Without arrivals, or with none in the
+    window, the pods are taken as they stand."""
     if not pods or not requests:
         raise ValueError("saturation needs at least one pod and one representative request")
+    states = project(pods, requests, arrivals, predict) if arrivals is not None else []
+    if not states:
+        now = np.array([p.num_request_running + p.num_request_waiting for p in pods], float)
+        return _at(pods, now, requests, policy, ttft_slo_ms, tpot_slo_ms, predict, meet_probability)
+    each = [
+        _at(state, held, requests, policy, ttft_slo_ms, tpot_slo_ms, predict, meet_probability)
+        for state, held in states
+    ]
+    middle = each[len(each) // 2]
+    level = float(np.mean([s.level for s in each]))
+    pod_levels = tuple(
+        dataclasses.replace(p, level=float(np.mean([s.pods[j].level for s in each])))
+        for j, p in enumerate(middle.pods)
+    )
+    return dataclasses.replace(
+        middle,
+        level=level,
+        meeting_slo=1.0 - level,
+        pods=pod_levels,
+        arrival_rate_rps=arrivals.rate_rps if arrivals is not None else 0.0,
+    )
+
+
+def _at(
+    pods: Sequence[Candidate],
+    held: FloatArray,
+    requests: Sequence[Representative],
+    policy: SchedulingPolicy,
+    ttft_slo_ms: float | None,
+    tpot_slo_ms: float | None,
+    predict: RowPredictor,
+    meet_probability: MeetProbability | None,
+) -> Saturation:
+    """The levels with the pods in one state (``held``: the requests in the system on each)."""
     # Sorted by prompt length so that the median and p90 requests are found by position.
     reqs = sorted(requests, key=lambda r: (r.prompt_tokens, r.prefix_cache_score))
     n_req, n_pod = len(reqs), len(pods)
@@ -138,6 +486,7 @@ def saturation(
             level=float(1.0 - meets[:, j].mean()),
             ttft_ms_p50=float(ttft[mid, j]),
             tpot_ms_p50=float(tpot[mid, j]),
+            requests=float(held[j]),
         )
         for j, pod in enumerate(pods)
     )

@@ -48,7 +48,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from backend.scheduling.saturation import Representative, saturation
+from backend.scheduling.saturation import Arrivals, Representative, saturation
 from backend.scheduling.types import Candidate, FloatArray
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.fromsamples import (
@@ -463,7 +463,9 @@ _PREFIX = FIELDS.index("prefix_cache_score")
 
 class Probe:
     """Headroom's saturation level over a running simulation, with its router's online models
-    and a profile of the requests that arrived in the last ``profile_s``."""
+    and a profile of the requests that arrived in the last ``profile_s``. With ``next_interval``
+    those arrivals are also replayed from now (the level for the next interval, as the service
+    computes it); without, the pods are taken as they stand."""
 
     def __init__(
         self,
@@ -472,11 +474,32 @@ class Probe:
         profile_s: float = 60.0,
         representatives: int = 32,
         spread: bool = True,
+        next_interval: bool = True,
+        evenly: bool = False,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_s, self.representatives = profile_s, representatives
         # False: the 0/1 rule on the mean (the level before the residual spread, for A/B).
         self.spread = spread
+        self.next_interval = next_interval
+        # True: the window's arrivals evenly spaced over it (their mean rate, without their
+        # bursts), for A/B against the replay.
+        self.evenly = evenly
+
+    def arrivals_at(self, now: float) -> Arrivals | None:
+        """The arrivals of the last ``profile_s`` (times from the window's start) and their
+        mean output length: what the service's profile holds from the TTFT and TPOT samples."""
+        if not self.next_interval:
+            return None
+        trace = self.sim.trace
+        start = now - self.profile_s
+        lo, hi = np.searchsorted(trace.arrival_s, [start, now])
+        if hi <= lo:
+            return Arrivals((), self.profile_s, 1.0)
+        times = tuple((trace.arrival_s[lo:hi] - start).tolist())
+        if self.evenly:
+            times = tuple(((np.arange(hi - lo) + 0.5) * self.profile_s / (hi - lo)).tolist())
+        return Arrivals(times, self.profile_s, float(trace.output_tokens[lo:hi].mean()))
 
     def representatives_at(self, now: float) -> list[Representative]:
         trace = self.sim.trace
@@ -527,6 +550,7 @@ class Probe:
             slo.tpot_ms,
             predict,
             meet if self.spread else None,
+            self.arrivals_at(self.sim.view.now),
         )
         return sat.level
 
@@ -554,7 +578,8 @@ def run_autoscaled(
     sim = Simulation(trace, pods, recorder, SimConfig(slo=slo, seed=seed, spread_ties=False))
     routable = sim.view.decode_pods  # the router routes over this list: keep it the ready pods
     routable[:] = fleet.pods("ready")
-    probe = Probe(sim, router)
+    # The present-state level: the scaler's figures in docs/capacity.md were measured with it.
+    probe = Probe(sim, router, next_interval=False)
     servers = sim.servers
 
     def busy(p: int) -> bool:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
 from backend.sim.entries import training_entries
@@ -109,3 +110,22 @@ def test_a_tick_sees_every_pod_however_many_samples_arrived(client: TestClient) 
     assert body["status"] == "ok"
     assert body["fresh_pods"] == 80
     assert len(body["pods"]) == 80
+    # The next interval replays the pool's arrivals: all 2,000 requests arrived within the
+    # last minute, though the tick read the TTFT rows of only some of them (each then stands
+    # for the ones not read).
+    assert body["arrival_rate_rps"] == pytest.approx(2000 / 60, rel=1e-6)
+
+
+def test_the_level_replays_a_burst_the_pods_do_not_show_yet(client: TestClient) -> None:
+    """Idle pods, but 400 requests just arrived: the next interval's level is computed on the
+    pods holding the requests that burst leaves on them."""
+    entries = traffic(400, pods=4)
+    for e in entries:  # the pods' gauges as an idle pod's: nothing running, nothing waiting
+        e.update(num_request_running=0, num_request_waiting=0, kv_cache_percentage=0.0)
+        e.update(prefill_tokens_in_flight=0, decode_tokens_in_flight=0)
+    post(client, entries)
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    body = saturation_of(client)
+    assert body["arrival_rate_rps"] == pytest.approx(400 / 60, rel=1e-6)
+    assert all(p["requests"] > 0 for p in body["pods"])  # the middle state holds some

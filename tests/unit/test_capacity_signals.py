@@ -30,6 +30,7 @@ def row(id: int, pod: str | None, at: datetime, target: int = TargetCode.TTFT, *
         "input_token_length": 1000,
         "prefix_cache_score": 0.5,
         "num_tokens_generated": 0,
+        "latency_ms": 500.0,
     }
     fields.update(kw)
     return SimpleNamespace(**fields)
@@ -85,3 +86,32 @@ def test_the_profile_takes_ttft_rows_as_requests_and_tpot_rows_as_output_lengths
 def test_spread_picks_evenly_including_the_newest() -> None:
     assert spread(list(range(10)), 3) == [0, 4, 9]
     assert spread([1, 2], 5) == [1, 2]
+
+
+def test_arrivals_are_the_ttft_rows_less_their_ttft_over_the_last_window() -> None:
+    signals: dict[int, PoolSignals] = {}
+    apply(
+        signals,
+        [
+            row(1, "a", NOW - timedelta(seconds=70), latency_ms=1000.0),  # arrived 71 s ago
+            row(2, "a", NOW - timedelta(seconds=30), latency_ms=2000.0),  # 32 s ago
+            row(3, "a", NOW - timedelta(seconds=30), target=TargetCode.TPOT),  # not an arrival
+            row(4, "a", NOW - timedelta(seconds=10), latency_ms=0.0, num_tokens_generated=0),
+            row(5, "a", NOW, target=TargetCode.TPOT, num_tokens_generated=40),
+            row(6, "a", NOW, target=TargetCode.TPOT, num_tokens_generated=20),
+        ],
+        profile_size=10,
+    )
+    pool = signals[1]
+    arrivals = pool.recent_arrivals(NOW, window_s=60.0)
+    assert arrivals.times_s == (28.0, 50.0)  # from the window's start, 60 s ago
+    assert arrivals.weights == (1.0, 1.0)
+    assert arrivals.output_tokens == 30.0
+    assert arrivals.rate_rps == 2 / 60
+    # A read cut to the newest rows: each arrival read stands for more requests.
+    pool.arrival_weight = 3.0
+    pool.add(row(7, "a", NOW - timedelta(seconds=5), latency_ms=0.0))
+    assert pool.recent_arrivals(NOW, window_s=60.0).weights == (1.0, 1.0, 3.0)
+    # A minute later, with no new sample, nothing is left to replay.
+    assert pool.recent_arrivals(NOW + timedelta(seconds=60), 60.0).times_s == ()
+    assert PoolSignals(10).recent_arrivals(NOW, 60.0).times_s == ()

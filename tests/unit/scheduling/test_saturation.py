@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backend.predictor.calibration import Calibration, fit_calibration, meet_probability
-from backend.scheduling.saturation import MeetProbability, Representative, saturation
+from backend.scheduling.saturation import (
+    Arrivals,
+    MeetProbability,
+    Representative,
+    Saturation,
+    project,
+    saturation,
+)
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
 from tests.unit.scheduling.helpers import pod
 
@@ -141,7 +148,13 @@ def test_saturation_rises_monotonically_as_pods_fill(
     """Adding load to any pod never lowers a pod's level or the pool's: by the 0/1 rule (None)
     and by the chance of missing with a spread that is the same at every load. (A spread that
     widens with load can raise the chance of a pod already past its SLO as it fills: its
-    wider spread reaches further under the SLO. docs/capacity.md.)"""
+    wider spread reaches further under the SLO. docs/capacity.md.)
+
+    The pool's level is held to it by the 0/1 rule only. By the chance of missing it is not
+    monotone: the chain routes on the means, so when a pod fills and leaves the positive tier a
+    request can move to a pod where its chance of missing is lower (found by Hypothesis under
+    ``least``: 0.48 -> 0.125, the picked pod's TTFT headroom 0.95 ms -> 31 ms, and under other
+    draws with both strategies). Each pod's level is monotone either way."""
     meet = None if log_sd is None else _spread(_one_band(log_sd))
     pods = [
         pod(
@@ -167,7 +180,8 @@ def test_saturation_rises_monotonically_as_pods_fill(
     policy = SchedulingPolicy(strategy=strategy)  # type: ignore[arg-type]
     before = saturation(pods, requests, policy, ttft_slo, tpot_slo, linear, meet)
     after = saturation(fuller, requests, policy, ttft_slo, tpot_slo, linear, meet)
-    assert after.level >= before.level
+    if meet is None:
+        assert after.level >= before.level
     for b, a in zip(before.pods, after.pods, strict=True):
         assert a.level >= b.level
 
@@ -202,3 +216,146 @@ def test_a_request_whose_mean_just_fits_counts_as_half_missing() -> None:
     assert (
         saturation([a], one, POLICY, mean / 3, None, linear, _spread(_one_band(0.2))).level > 0.99
     )
+
+
+# The next interval: the recent arrivals replayed onto the pods.
+
+IDLE = [pod(n, num_request_running=0, num_request_waiting=0, kv_cache_percentage=0.0) for n in "ab"]
+MIDDLING = [
+    pod("a", num_request_running=3, num_request_waiting=1, kv_cache_percentage=0.3),
+    pod("b", num_request_running=1, num_request_waiting=0, kv_cache_percentage=0.1),
+]
+ONE = [Representative(2000, 0.0)]
+
+
+def _arrivals(times: Sequence[float], weights: Sequence[float] | None = None) -> Arrivals:
+    return Arrivals(tuple(times), 60.0, 11.0, tuple(weights) if weights is not None else None)
+
+
+def test_with_no_arrivals_the_level_is_the_present_one() -> None:
+    for pods in (IDLE, MIDDLING):
+        present = saturation(pods, REQUESTS, POLICY, 400.0, 20.0, linear)
+        replayed = saturation(pods, REQUESTS, POLICY, 400.0, 20.0, linear, None, _arrivals([]))
+        assert replayed == present
+        assert replayed.arrival_rate_rps == 0.0
+    assert project(MIDDLING, REQUESTS, _arrivals([]), linear) == []
+
+
+def test_a_burst_finds_the_requests_ahead_of_it_and_spaced_arrivals_find_the_pods_drained() -> None:
+    # On an idle pod the request's TTFT is 120 ms; each request in the system adds 4 ms of
+    # running load and its 2,000 prompt tokens in flight (20 ms): 150 ms is crossed at 2 ahead.
+    present = saturation(IDLE, ONE, POLICY, 150.0, None, linear)
+    assert present.level == 0.0
+    burst = saturation(IDLE, ONE, POLICY, 150.0, None, linear, None, _arrivals([5.0] * 20))
+    # 20 at once over 2 pods: the arrivals find 0, 0.5, ..., 9.5 requests ahead on each pod;
+    # the states at their 1/8, 3/8, 5/8 and 7/8 quantiles hold 1, 3.5, 6 and 8.5.
+    assert [p.requests for p in burst.pods] == [6.0, 6.0]  # the middle state's
+    assert burst.level == pytest.approx(0.75)  # all but the first have 2 or more ahead
+    assert burst.arrival_rate_rps == pytest.approx(20 / 60)
+    # The same 20 requests 3 s apart: each has left (about 0.2 s) before the next comes.
+    spaced = saturation(
+        IDLE, ONE, POLICY, 150.0, None, linear, None, _arrivals([3.0 * k for k in range(20)])
+    )
+    assert spaced.level == 0.0
+    assert all(p.requests < 1e-3 for p in spaced.pods)
+
+
+def test_a_standing_queue_drains_before_a_late_arrival() -> None:
+    late = _arrivals([59.0])  # the present requests have long left by then
+    prefilling = [dataclasses.replace(p, prefill_tokens_in_flight=5000) for p in MIDDLING]
+    for state, held in project(prefilling, REQUESTS, late, linear):
+        assert list(held) == pytest.approx([0.0, 0.0], abs=1e-6)
+        assert [(p.num_request_running, p.num_request_waiting) for p in state] == [(0, 0)] * 2
+        # Their prompts left with them: not counted beside the replayed requests'.
+        assert [p.prefill_tokens_in_flight for p in state] == [0, 0]
+    # At once, the present requests are all there, with their prompts in prefill.
+    for state, _ in project(prefilling, REQUESTS, _arrivals([0.0]), linear):
+        assert [p.prefill_tokens_in_flight for p in state] == [5000, 5000]
+    assert saturation(MIDDLING, REQUESTS, POLICY, 400.0, 20.0, linear, None, late).level <= (
+        saturation(MIDDLING, REQUESTS, POLICY, 400.0, 20.0, linear).level
+    )
+
+
+def test_a_latency_the_models_cannot_give_holds_every_arrival() -> None:
+    def unknown(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+        ttft, tpot = linear(rows)
+        return np.full_like(ttft, np.nan), tpot
+
+    states = project(IDLE, ONE, _arrivals([0.0, 10.0, 20.0, 30.0]), unknown)
+    # No departures: the k-th arrival finds the k before it, half a request each per pod.
+    held = [list(h) for _, h in states]
+    assert held == [pytest.approx([k / 2] * 2, abs=1e-3) for k in range(4)]
+    # and each still before its first token (the model gives no TTFT to pass it).
+    assert [s[0].prefill_tokens_in_flight for s, _ in states] == [0, 1000, 2000, 3000]
+
+
+def test_weights_stand_for_arrivals_not_read() -> None:
+    one_each = project(IDLE, ONE, _arrivals([1.0] * 8), linear)
+    two_each = project(IDLE, ONE, _arrivals([1.0] * 4, [2.0] * 4), linear)
+    assert _arrivals([1.0] * 4, [2.0] * 4).rate_rps == _arrivals([1.0] * 8).rate_rps
+    # The same 8 requests in a burst; read as 4, each standing for 2, they find about as much.
+    for (_, a), (_, b) in zip(one_each, two_each, strict=True):
+        assert np.all(np.abs(a - b) <= 1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    start=st.lists(load, min_size=1, max_size=4),
+    gaps=st.lists(st.floats(0.0, 5.0), min_size=1, max_size=30),
+    prompts=st.lists(st.integers(1, 16_000), min_size=1, max_size=8),
+    sooner=st.floats(0.05, 1.0),
+    heavier=st.floats(1.0, 3.0),
+    ttft_slo=st.floats(50.0, 3000.0),
+    tpot_slo=st.floats(9.0, 60.0),
+    log_sd=st.sampled_from([None, 0.2]),
+)
+def test_a_higher_arrival_rate_never_lowers_the_level(
+    start: list[tuple[int, int, float, int]],
+    gaps: list[float],
+    prompts: list[int],
+    sooner: float,
+    heavier: float,
+    ttft_slo: float,
+    tpot_slo: float,
+    log_sd: float | None,
+) -> None:
+    """The same arrivals sooner (their times scaled down) or each standing for more requests:
+    never a lower level for any pod. (Not asserted for the pool's level: through the chain's
+    tier filter a pod made fuller can drop out of the candidates and raise the pool's share
+    meeting, as with the present level; docs/capacity.md, "Not built yet".)"""
+    meet = None if log_sd is None else _spread(_one_band(log_sd))
+    pods = [
+        pod(
+            f"p{i}",
+            num_request_running=r,
+            num_request_waiting=w,
+            kv_cache_percentage=kv,
+            prefill_tokens_in_flight=f,
+        )
+        for i, (r, w, kv, f) in enumerate(start)
+    ]
+    requests = [Representative(p, 0.0) for p in prompts]
+    times = np.cumsum(gaps).tolist()
+
+    def level(arrivals: Arrivals | None) -> Saturation:
+        return saturation(pods, requests, POLICY, ttft_slo, tpot_slo, linear, meet, arrivals)
+
+    base = level(_arrivals(times))
+    faster = level(_arrivals([t * sooner for t in times]))
+    denser = level(_arrivals(times, [heavier] * len(times)))
+    for higher in (faster, denser):
+        for b, a in zip(base.pods, higher.pods, strict=True):
+            assert a.level >= b.level - 1e-12
+
+
+def test_a_request_past_its_first_token_holds_the_pod_but_no_longer_its_prompt_in_prefill() -> None:
+    def endless_decode(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+        ttft, tpot = linear(rows)
+        return ttft, np.full_like(tpot, np.inf)
+
+    # 5 s apart: each request is past its first token (about 0.12 s) before the next comes,
+    # and never done decoding.
+    states = project(IDLE, ONE, _arrivals([0.0, 5.0, 10.0, 15.0]), endless_decode)
+    held = [list(h) for _, h in states]
+    assert held == [pytest.approx([k / 2] * 2, abs=1e-3) for k in range(4)]
+    assert all(s[0].prefill_tokens_in_flight == 0 for s, _ in states)
