@@ -121,6 +121,20 @@ def test_it_needs_pods_and_requests() -> None:
         saturation([pod("a")], [], POLICY, 100.0, 10.0, linear)
 
 
+def _loaded_pods(start: list[tuple[int, int, float, int]]) -> list[Candidate]:
+    """Pods p0, p1, ... with (running, waiting, KV share, prefill tokens in flight) each."""
+    return [
+        pod(
+            f"p{i}",
+            num_request_running=r,
+            num_request_waiting=w,
+            kv_cache_percentage=kv,
+            prefill_tokens_in_flight=f,
+        )
+        for i, (r, w, kv, f) in enumerate(start)
+    ]
+
+
 load = st.tuples(
     st.integers(0, 40), st.integers(0, 20), st.floats(0.0, 1.0), st.integers(0, 20_000)
 )
@@ -156,16 +170,7 @@ def test_saturation_rises_monotonically_as_pods_fill(
     ``least``: 0.48 -> 0.125, the picked pod's TTFT headroom 0.95 ms -> 31 ms, and under other
     draws with both strategies). Each pod's level is monotone either way."""
     meet = None if log_sd is None else _spread(_one_band(log_sd))
-    pods = [
-        pod(
-            f"p{i}",
-            num_request_running=r,
-            num_request_waiting=w,
-            kv_cache_percentage=kv,
-            prefill_tokens_in_flight=f,
-        )
-        for i, (r, w, kv, f) in enumerate(start)
-    ]
+    pods = _loaded_pods(start)
     fuller = [
         dataclasses.replace(
             p,
@@ -324,16 +329,7 @@ def test_a_higher_arrival_rate_never_lowers_the_level(
     tier filter a pod made fuller can drop out of the candidates and raise the pool's share
     meeting, as with the present level; docs/capacity.md, "Not built yet".)"""
     meet = None if log_sd is None else _spread(_one_band(log_sd))
-    pods = [
-        pod(
-            f"p{i}",
-            num_request_running=r,
-            num_request_waiting=w,
-            kv_cache_percentage=kv,
-            prefill_tokens_in_flight=f,
-        )
-        for i, (r, w, kv, f) in enumerate(start)
-    ]
+    pods = _loaded_pods(start)
     requests = [Representative(p, 0.0) for p in prompts]
     times = np.cumsum(gaps).tolist()
 
