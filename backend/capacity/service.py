@@ -169,11 +169,13 @@ class CapacityMonitor:
                 return 0
             pods = repository.latest_per_pod(session, self._after, top)
             recent = repository.newest_after(session, self._after, top, s.profile_rows)
-            requests = repository.ttft_counts(session, self._after, top)
+            read = Counter(r.pool_id for r in recent if r.target == TargetCode.TTFT)
+            # A busy tick's read is cut to the newest rows: each arrival read then stands for
+            # the pool's TTFT rows it could not read too, so that the replayed rate is the real
+            # one. A read that was not cut holds every row: nothing to count again.
+            cut = len(recent) >= s.profile_rows
+            requests = repository.ttft_counts(session, self._after, top) if cut else read
         apply(self._signals, pods, s.profile_size, profile=False)
-        # A busy tick's read is cut to the newest rows: each arrival read then stands for the
-        # pool's TTFT rows it could not read too, so that the replayed rate is the real one.
-        read = Counter(r.pool_id for r in recent if r.target == TargetCode.TTFT)
         for pool_id, count in requests.items():
             pool = self._signals.setdefault(pool_id, PoolSignals(s.profile_size))
             pool.arrival_weight = count / read[pool_id] if read[pool_id] else 1.0
