@@ -1,6 +1,7 @@
 """The advisor against the peers at their best, on the same held-out slices and seeds.
 
-For one suite of the benchmark protocol (``mooncake`` or ``azure``) at its higher tuning load:
+For one suite of the benchmark protocol (``mooncake``, ``azure-code``, ``azure-code-mixed``: the
+mixed A100/H100 pool, ``mooncake-pd``: the P/D layout) at its higher tuning load:
 
 1. the advisor's search (``backend.advisor.search.advise``) on the suite's trace, timed on one
    process (the "one core" figure);
@@ -37,17 +38,21 @@ from backend.advisor.search import Budget, advise
 from backend.advisor.workloads import SHIPPED, shipped_trace
 from backend.policies.service import PRESETS
 from backend.sim.protocol import (
-    PROTOCOL_POLICIES,
     SUITES,
     ProtocolConfig,
     compare,
     machine,
     run_protocol,
 )
-from backend.sim.routers import OURS, REFERENCE
+from backend.sim.routers import OURS, OURS_COUNT_DECIDED, OURS_GREEDY_PD, REFERENCE
 
-# The peers: every protocol policy a platform team can run without Headroom's /v1/schedule.
-PEERS = tuple(p for p in PROTOCOL_POLICIES if p not in (OURS, REFERENCE))
+# Headroom's own policy, its experiments and ablations, and the look-ahead reference.
+NOT_PEERS = (OURS, OURS_COUNT_DECIDED, OURS_GREEDY_PD, REFERENCE)
+
+
+def peers_of(policies: tuple[str, ...]) -> tuple[str, ...]:
+    """The peers: every policy of the suite that a platform team can run without Headroom."""
+    return tuple(p for p in policies if p not in NOT_PEERS)
 
 
 def _against_peers(row: dict[str, Any], peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -75,7 +80,12 @@ def _against_peers(row: dict[str, Any], peers: list[dict[str, Any]]) -> list[dic
 
 
 def _check_same_runs(
-    protocol: dict[str, Any], suite: str, requests: int, seeds: int, load: float
+    protocol: dict[str, Any],
+    suite: str,
+    requests: int,
+    seeds: int,
+    load: float,
+    peers: tuple[str, ...],
 ) -> None:
     """Refuse a protocol result whose peers did not run on the advisor's held-out slices and
     seeds, at its load, on the default simulator; the code it ran on is the caller's word."""
@@ -88,7 +98,7 @@ def _check_same_runs(
         "load_basis": (described["load_basis"], "trace"),
     }
     bad = {k: v for k, v in wrong.items() if v[0] != v[1]}
-    missing = sorted(set(PEERS) - {r["policy"] for r in protocol["results"] if r["load"] == load})
+    missing = sorted(set(peers) - {r["policy"] for r in protocol["results"] if r["load"] == load})
     problems = ([f"{k}: {v[0]} (the advisor's: {v[1]})" for k, v in bad.items()]) + (
         [f"no runs at load {load:g} of {', '.join(missing)}"] if missing else []
     )
@@ -126,6 +136,15 @@ def main() -> None:
     # has reported; a new pool's default (`PolicySpec()`) is one of the candidates.
     active = PRESETS["upstream"]
     workload = shipped_trace(args.suite, budget, active)
+    suite = dataclasses.replace(SUITES[SHIPPED[args.suite]], slice_requests=args.requests)
+    suite_peers = peers_of(suite.policies)
+    protocol: dict[str, Any] | None = None
+    if args.peers is not None and not args.no_peers:
+        # Checked before the search: a file of other runs is refused before minutes are spent.
+        protocol = json.loads(args.peers.read_text(encoding="utf-8"))
+        _check_same_runs(
+            protocol, suite.name, args.requests, args.seeds, workload.load, suite_peers
+        )
     started, cpu_started = time.perf_counter(), time.process_time()
     advice = advise(workload, active, budget, lambda f, m: print(f"[{f:.0%}] {m}", file=sys.stderr))
     advice_s = time.perf_counter() - started
@@ -143,23 +162,21 @@ def main() -> None:
         print(json.dumps({"suite": args.suite, "requests": args.requests, **timing}, indent=2))
         return
 
-    suite = dataclasses.replace(SUITES[SHIPPED[args.suite]], slice_requests=args.requests)
-    if args.peers is not None:
-        protocol = json.loads(args.peers.read_text(encoding="utf-8"))
-        _check_same_runs(protocol, suite.name, args.requests, args.seeds, workload.load)
-    else:
+    if protocol is None:
         protocol = run_protocol(
             ProtocolConfig(
                 suite,
                 seeds=tuple(range(args.seeds)),
                 loads=(workload.load,),
-                policies=PEERS,
+                policies=suite_peers,
                 capacity_steps=0,
                 workers=1,
                 cache=args.cache,
             )
         )
-    peers = [r for r in protocol["results"] if r["load"] == workload.load and r["policy"] in PEERS]
+    peers = [
+        r for r in protocol["results"] if r["load"] == workload.load and r["policy"] in suite_peers
+    ]
     pick = advice["ranking"][advice["pick"]]
     comparisons = _against_peers(pick, peers)
     # The best Headroom-only candidate (needs /v1/schedule) against the same peers.

@@ -47,8 +47,16 @@ from backend.sim.routers import POLICIES
 from backend.sim.traces.loader import Trace
 from backend.sim.view import Slo
 
-# Workload name -> the protocol suite whose trace, pool and SLOs it uses.
-SHIPPED: Final = {"mooncake": "mooncake", "azure-code": "azure"}
+# Workload name -> the protocol suite whose trace, pool and SLOs it uses: the four suites of the
+# benchmark protocol (docs/benchmarks.md), so a pool can be advised on the layout nearest its own.
+SHIPPED: Final = {
+    "mooncake": "mooncake",
+    "azure-code": "azure",
+    # Azure code on 4 x A100 + 4 x H100 serving Llama-2-7B (4k context).
+    "azure-code-mixed": "hetero",
+    # Mooncake on 4 prefill + 4 decode A100 pods in 2 regions of 2 racks.
+    "mooncake-pd": "pd",
+}
 
 POOL_REPLAY: Final = "pool-replay"
 MIN_PART_REQUESTS: Final = 20
@@ -58,6 +66,21 @@ more than the differences the search ranks on."""
 
 def workload_names() -> tuple[str, ...]:
     return (POOL_REPLAY, *SHIPPED)
+
+
+def workload_titles() -> dict[str, str]:
+    """Name -> what the console's workload choice says: the trace and the pool it runs on."""
+    titles = {POOL_REPLAY: "this pool's own traffic (pool-replay)"}
+    for name, suite_name in SHIPPED.items():
+        suite = SUITES[suite_name]
+        pods = (
+            " + ".join(f"{n} x {g}" for g, n in (mix.split(":") for mix in suite.gpu.split(",")))
+            if ":" in suite.gpu
+            else f"{suite.pods} x {suite.gpu}"
+        )
+        layout = f", {suite.pd} prefill:decode" if suite.pd else ""
+        titles[name] = f"shipped trace {name}: {suite.trace} on {pods}{layout}"
+    return titles
 
 
 def replay_parts(trace: Trace, parts: int, requests: int) -> tuple[Trace, ...]:

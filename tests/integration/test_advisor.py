@@ -197,7 +197,7 @@ def test_roles_and_bad_input(embedded: TestClient, sessions: sessionmaker[Sessio
     viewer = token_for(sessions, "victor", "viewer")
     assert embedded.post("/v1/pools/default/advice", headers=viewer).status_code == 403
     workloads = embedded.get("/v1/advice/workloads", headers=viewer).json()
-    assert workloads == ["pool-replay", "mooncake", "azure-code"]
+    assert workloads == ["pool-replay", "mooncake", "azure-code", "azure-code-mixed", "mooncake-pd"]
     bad = embedded.post("/v1/pools/default/advice", json={"workload": "nope"}, headers=alice)
     assert bad.status_code == 422 and "azure-code" in bad.text
     assert embedded.post("/v1/pools/nope/advice", headers=alice).status_code == 404

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from starlette.responses import RedirectResponse, Response
 
 from backend.advisor import service as advisor
-from backend.advisor.workloads import workload_names
+from backend.advisor.workloads import workload_titles
 from backend.auth.service import Actor
 from backend.deps import RuntimeDep, SessionDep
 from backend.exceptions import Conflict, Invalid, NotFound
@@ -73,7 +73,7 @@ def render_policy_page(
             "history": history,
             "traces": trace_choices(),
             # The Advisor panel: its workloads and this pool's recent advice.
-            "workloads": workload_names(),
+            "workloads": workload_titles(),
             "default_workload": default_workload,
             "no_replay": no_replay,
             "advice": state.advisor.recent(choice.selected.name) if state.advisor else [],

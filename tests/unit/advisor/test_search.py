@@ -136,3 +136,26 @@ def test_budget_refuses_nonsense() -> None:
         Budget(requests=5)
     with pytest.raises(ValueError):
         Budget(seeds=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "roles", "profiles"),
+    [
+        ("azure-code-mixed", {""}, {"a100-llama2-7b", "h100-llama2-7b"}),
+        ("mooncake-pd", {"prefill", "decode"}, {"a100-llama3-8b"}),
+    ],
+)
+def test_the_mixed_pool_and_pd_suites_are_shipped_workloads_every_candidate_runs_on(
+    name: str, roles: set[str], profiles: set[str]
+) -> None:
+    """The protocol's other two suites as advisor workloads: their own pools (two GPU classes;
+    prefill and decode pods), and every screened candidate, each chain, routes on them."""
+    budget = Budget(requests=12, seeds=1, survivors=1, finalists=1)
+    workload = shipped_trace(name, budget, PolicySpec())
+    assert len(workload.pool) == 8
+    assert {p.role for p in workload.pool} == roles
+    assert {p.profile for p in workload.pool} == profiles
+    result = advise(workload, PolicySpec(), budget)
+    assert len(result["screened"]) == len(candidates(PolicySpec()))
+    assert all(0.0 <= row["tuning_slo_attainment"] <= 1.0 for row in result["screened"])
+    assert result["workload"]["gpu"] == sorted(profiles)
