@@ -67,6 +67,9 @@ def main() -> None:
     parser.add_argument(
         "--calibration", choices=("split", "joint"), default="split", help="cost factors"
     )
+    parser.add_argument(
+        "--load", type=float, help="x the trace's rate (default: the suite's higher tuning load)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     budget = Budget(args.requests, args.seeds, args.survivors, args.finalists)
@@ -75,7 +78,7 @@ def main() -> None:
 
     total = (budget.seeds + 1) * budget.requests
     suite = dataclasses.replace(SUITES[SHIPPED[args.suite]], slice_requests=total)
-    load = suite.tuning_loads[-1]
+    load = args.load if args.load is not None else suite.tuning_loads[-1]
     original = arrivals(Job(suite, 0, total, load, "", (), 0, ()))
     slo = Slo(suite.ttft_slo_ms, suite.tpot_slo_ms)
     _, observations = record(original, suite.pods, suite.gpu, OURS, slo)

@@ -208,11 +208,21 @@ def candidates(active: PolicySpec) -> list[Candidate]:
         )
         weights = ":".join(name.removeprefix("llm-d-"))
         out.append(_predicted(f"load+prefix {weights} (prefix:queue:kv)", "epp", spec))
+    # Headroom's own scheduling: the best-fit picker and, on a P/D pool, the joint choice of the
+    # prefill/decode pair priced with the learned transfer (no effect on an aggregated pool).
+    # Both need /v1/schedule: an unchanged EPP draws a lottery and picks D, then P, apart.
     for strategy in ("most", "least"):
         spec = active.model_copy(
-            update={"picker": "best_fit", "strategy": strategy, "mode": "slo", "ttft_weight": 0.8}
+            update={
+                "picker": "best_fit",
+                "strategy": strategy,
+                "mode": "slo",
+                "ttft_weight": 0.8,
+                "pd_selection": "joint",
+            }
         )
-        out.append(_predicted(f"Headroom best-fit picker, {strategy}", "schedule", spec))
+        label = f"Headroom best-fit picker, {strategy}, joint P/D pairs"
+        out.append(_predicted(label, "schedule", spec))
     # LMetric with the protocol's options for it: no llm-d plugin computes its score.
     for options in variants("lmetric"):
         opts = ", ".join(f"{k}={v}" for k, v in options.items()) or "as published"

@@ -45,6 +45,10 @@ def test_candidates_cover_the_epp_space_and_never_repeat_the_active_policy() -> 
     for c in schedule:
         assert c.spec is not None
         assert c.spec["chain"] == "lmetric" or c.spec["picker"] == "best_fit"
+    # Headroom's own scheduling carries its joint P/D pair choice (what wins on the P/D layout).
+    best_fit = [c.spec for c in schedule if c.spec and c.spec["chain"] == "predicted-latency"]
+    assert {s["strategy"] for s in best_fit} == {"most", "least"}
+    assert all(s["pd_selection"] == "joint" for s in best_fit)
     assert {c.options for c in schedule if c.policy == "lmetric"} == {
         (),
         (("batch", "scraped"),),
