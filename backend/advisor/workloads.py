@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Final
@@ -41,7 +42,7 @@ from backend.samples.repository import count_recent
 from backend.settings import CapacitySettings
 from backend.sim.fromsamples import Calibration, build_workload
 from backend.sim.fromsamples import Workload as SampleWorkload
-from backend.sim.pool import build_pool
+from backend.sim.pool import build_pool, parse_gpu_mix
 from backend.sim.protocol import SUITES, Job, arrivals
 from backend.sim.routers import POLICIES
 from backend.sim.traces.loader import Trace
@@ -73,11 +74,8 @@ def workload_titles() -> dict[str, str]:
     titles = {POOL_REPLAY: "this pool's own traffic (pool-replay)"}
     for name, suite_name in SHIPPED.items():
         suite = SUITES[suite_name]
-        pods = (
-            " + ".join(f"{n} x {g}" for g, n in (mix.split(":") for mix in suite.gpu.split(",")))
-            if ":" in suite.gpu
-            else f"{suite.pods} x {suite.gpu}"
-        )
+        mix = Counter(parse_gpu_mix(suite.gpu, suite.pods))
+        pods = " + ".join(f"{n} x {profile}" for profile, n in mix.items())
         layout = f", {suite.pd} prefill:decode" if suite.pd else ""
         titles[name] = f"shipped trace {name}: {suite.trace} on {pods}{layout}"
     return titles
