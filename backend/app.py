@@ -18,7 +18,7 @@ from backend.compat.prediction import pool_router as compat_pool_router
 from backend.compat.prediction import root_router as compat_root_router
 from backend.compat.training import router as compat_training_router
 from backend.dataplane import DataPlaneOnly
-from backend.db import make_engine, make_sessionmaker, unit_of_work
+from backend.db import dispose, make_engine, make_sessionmaker, unit_of_work
 from backend.deps import Runtime
 from backend.docs import install_docs
 from backend.errors import ERROR_RESPONSES, BodySizeLimit, install_error_handlers
@@ -50,24 +50,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             migrate.upgrade(settings.database_url)
         logs.configure(settings.log_level)
         engine = make_engine(settings.database_url)
-        runtime = Runtime(
-            settings=settings,
-            engine=engine,
-            sessions=make_sessionmaker(engine),
-            telemetry=telemetry,
-        )
-        collector = ServingCollector(runtime.store, runtime.sessions, runtime.failures)
-        telemetry.registry.register(collector)
-        capacity = CapacityCollector(runtime.capacity, settings.capacity.namespace)
-        telemetry.registry.register(capacity)
-        with unit_of_work(runtime.sessions) as session:
-            ensure_default_pool(session)
-        if processes := offload.wanted(settings):
-            runtime.ingest_pool = IngestPool(settings, processes)
-            await run_in_threadpool(runtime.ingest_pool.warm_up)
-        app.state.runtime = runtime
-        background = start_background(runtime)
-        console.start(runtime)
+        try:
+            runtime = Runtime(
+                settings=settings,
+                engine=engine,
+                sessions=make_sessionmaker(engine),
+                telemetry=telemetry,
+            )
+            collector = ServingCollector(runtime.store, runtime.sessions, runtime.failures)
+            telemetry.registry.register(collector)
+            capacity = CapacityCollector(runtime.capacity, settings.capacity.namespace)
+            telemetry.registry.register(capacity)
+            with unit_of_work(runtime.sessions) as session:
+                ensure_default_pool(session)
+            if processes := offload.wanted(settings):
+                runtime.ingest_pool = IngestPool(settings, processes)
+                await run_in_threadpool(runtime.ingest_pool.warm_up)
+            app.state.runtime = runtime
+            background = start_background(runtime)
+            console.start(runtime)
+        except BaseException:
+            dispose(engine)  # a start that failed leaves no connection behind
+            raise
         log.info("headroom ready (%s mode)", "embedded" if settings.embedded else "production")
         try:
             yield
@@ -80,7 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await run_in_threadpool(runtime.ingest_pool.close)
             telemetry.registry.unregister(collector)
             telemetry.registry.unregister(capacity)
-            engine.dispose()
+            dispose(engine)
 
     app = FastAPI(
         title="Headroom",

@@ -141,12 +141,11 @@ def user_create(
 ) -> None:
     """Create a user (the first one is usually an admin)."""
     from backend.auth.service import add_user
-    from backend.db import make_engine, make_sessionmaker
+    from backend.db import short_lived_sessions
     from backend.exceptions import AppError, Invalid
 
-    sessions = make_sessionmaker(make_engine(get_settings().database_url))
     try:
-        with sessions() as session:
+        with short_lived_sessions(get_settings().database_url) as sessions, sessions() as session:
             add_user(session, username, password, role)
     except AppError as exc:
         field = exc.field if isinstance(exc, Invalid) and exc.field else "username"
@@ -162,11 +161,10 @@ def user_token(
 ) -> None:
     """Create an API token for USERNAME; it is printed once and stored only as a hash."""
     from backend.auth.service import is_valid_username, issue_token, user_by_name
-    from backend.db import make_engine, make_sessionmaker
+    from backend.db import short_lived_sessions
     from backend.exceptions import AppError
 
-    sessions = make_sessionmaker(make_engine(get_settings().database_url))
-    with sessions() as session:
+    with short_lived_sessions(get_settings().database_url) as sessions, sessions() as session:
         user = user_by_name(session, username) if is_valid_username(username) else None
         if user is None:
             raise typer.BadParameter(f"no user {username!r}", param_hint="username")

@@ -66,8 +66,37 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
 
 
+def dispose(engine: Engine) -> None:
+    """Close the engine's pooled connections, and those still checked out as they come back.
+
+    ``Engine.dispose`` closes only the connections in the pool; one checked out at that moment
+    (a request whose session closes after its answer went out, a background round finishing)
+    is returned to the discarded pool later and left for the garbage collector, which closes
+    nothing and warns. A listener on the discarded pool closes each one on its return."""
+    discarded = engine.pool
+    event.listen(discarded, "checkin", _close_on_return)
+    engine.dispose()
+
+
+def _close_on_return(dbapi_connection: Any, _record: Any) -> None:
+    if dbapi_connection is not None:
+        dbapi_connection.close()
+
+
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def short_lived_sessions(url: str) -> Iterator[sessionmaker[Session]]:
+    """Sessions on an engine of their own that is disposed on the way out: for a command that
+    runs once (the CLI). An engine left to the garbage collector closes nothing, and its open
+    connections surface later as ResourceWarnings in whatever code runs then."""
+    engine = make_engine(url)
+    try:
+        yield make_sessionmaker(engine)
+    finally:
+        dispose(engine)
 
 
 @contextmanager
