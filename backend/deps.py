@@ -26,6 +26,7 @@ from backend.registry.sync import StoreSync
 from backend.routing.service import PolicyCache
 from backend.samples.offload import IngestPool
 from backend.samples.ratelimit import IngestLimiter
+from backend.scheduling.decided import DecidedLedger
 from backend.settings import Settings
 from backend.telemetry import Telemetry
 from backend.whatif.runner import WhatIfRunner
@@ -51,6 +52,7 @@ class Runtime:
     policy_cache: PolicyCache = field(init=False)
     tokens: TokenCache = field(init=False)
     capacity: CapacityMonitor = field(init=False)
+    _ledgers: dict[str, DecidedLedger] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.sync = StoreSync(self.sessions, self.store)
@@ -72,6 +74,15 @@ class Runtime:
     def advisor(self) -> WhatIfRunner:
         # Made on first use: a process that never advises starts no thread (stopped at shutdown).
         return make_advisor(self.settings, self.sessions)
+
+    def decided(self, pool: str) -> DecidedLedger:
+        """The pool's recent /v1/schedule decisions in this process (made on first use)."""
+        ledger = self._ledgers.get(pool)
+        if ledger is None:
+            ledger = self._ledgers.setdefault(
+                pool, DecidedLedger(self.settings.serving.decided_hold_ms / 1000.0)
+            )
+        return ledger
 
     @cached_property
     def ingest_limiter(self) -> IngestLimiter:

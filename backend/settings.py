@@ -108,6 +108,13 @@ class TrainingSettings(BaseModel):
     )
 
 
+DECIDED_HOLD_MS = 2.0
+"""How long a /v1/schedule decision counts in its pod's in-flight work by default: about a
+router's time from the decision to the dispatch (the simulator's is 1.15 ms). Chosen on the
+protocol's tuning slices (docs/benchmarks.md, "Decisions held until dispatch"); the simulator's
+Headroom policy holds its decisions as long."""
+
+
 class ServingSettings(BaseModel):
     """The in-memory models of every API process."""
 
@@ -119,6 +126,15 @@ class ServingSettings(BaseModel):
         description="`/readyz` (and `/pools/{pool}/readyz`) answer 200 before the pool has a "
         "model: the EPP then routes with its composite heuristic while predictions answer 503. "
         "False: not ready until a model is loaded (upstream's prediction-sidecar behaviour).",
+    )
+    decided_hold_ms: float = Field(
+        DECIDED_HOLD_MS,
+        ge=0,
+        le=60_000,
+        description="How long a `/v1/schedule` decision counts in its pod's in-flight work "
+        "(`dispatched_requests`, `prefill_tokens_in_flight`) in this process's later decisions, "
+        "until the router's own counters show it: requests decided together see one another. "
+        "About the time from the decision to the dispatch; 0 turns it off (upstream's EPP).",
     )
 
 

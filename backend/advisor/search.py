@@ -38,7 +38,7 @@ import numpy as np
 
 from backend.policies.mapping import to_scheduling
 from backend.policies.schemas import PolicySpec
-from backend.scheduling.epp_config import epp_config_yaml
+from backend.scheduling.epp_config import epp_config_yaml, headroom_only
 from backend.scheduling.types import TransferConfig
 from backend.sim.pool import PodSpec
 from backend.sim.protocol import compare, figures, simulate_trace
@@ -168,9 +168,21 @@ def protocol_policy(spec: PolicySpec) -> tuple[str, tuple[tuple[str, Any], ...]]
     return OURS, tuple((k, data[k]) for k in SEARCHED_FIELDS)
 
 
+def via_schedule(kind: Kind, spec: PolicySpec) -> bool:
+    """Whether the candidate's decisions come from ``/v1/schedule``: a Headroom-only candidate,
+    or an active policy with an option no upstream plugin implements. Only those decisions are
+    held in the ledger (``backend.scheduling.decided``); an unchanged EPP calls ``/predict``."""
+    if kind != "active":
+        return kind == "schedule"
+    flags = headroom_only(to_scheduling(spec))
+    return not all(v for k, v in flags.items() if k.endswith("_upstream_equivalent"))
+
+
 def _predicted(label: str, kind: Kind, spec: PolicySpec) -> Candidate:
     """A candidate that Apply can save: ``spec``, run by its chain's protocol policy."""
     policy, options = protocol_policy(spec)
+    if policy == OURS and not via_schedule(kind, spec):
+        options = (*options, ("decided_hold_ms", 0.0))
     return Candidate(label, policy, options, kind, spec.model_dump(mode="json"))
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -48,7 +50,15 @@ async def schedule_request(request: Request, runtime: RuntimeDep) -> Response:
     names = [c.name for c in body.candidates]
     if len(set(names)) != len(names):
         raise Invalid("candidates: pod names must be unique", field="candidates")
-    decision = decide(runtime.store, body.pool, body.candidates, resolved, pool.policy)
+    decision = decide(
+        runtime.store,
+        body.pool,
+        body.candidates,
+        resolved,
+        pool.policy,
+        runtime.decided(body.pool),
+        time.monotonic(),
+    )
     out = {
         "pool": body.pool,
         "policy_version": pool.version,

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,7 @@ from backend.prediction.schemas import columns
 from backend.predictor.serving import ModelStore, predict_both
 from backend.routing.schemas import CandidateIn, RequestIn
 from backend.scheduling.chain import schedule
+from backend.scheduling.decided import DecidedLedger
 from backend.scheduling.types import (
     Candidate,
     Decision,
@@ -160,21 +162,72 @@ def to_candidates(items: Sequence[CandidateIn]) -> list[Candidate]:
     ]
 
 
+_CANDIDATE_FIELDS = (
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+    "prefix_cache_score",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+    "num_tokens_generated",
+)
+"""The wire fields a ``Candidate`` carries, and so the ones the library may change (the held
+decisions, the interference scorer's counterfactual pods)."""
+
+
+def candidate_columns(
+    base: dict[str, npt.NDArray[Any]], row_of: dict[str, int], candidates: Sequence[Candidate]
+) -> dict[str, npt.NDArray[Any]]:
+    """The prediction columns of ``candidates``: each one's wire row (``base``, by name) with
+    the fields a candidate carries read from the candidate itself."""
+    rows = np.fromiter((row_of[c.name] for c in candidates), np.intp, len(candidates))
+    cols = {name: column[rows] for name, column in base.items()}
+    for name in _CANDIDATE_FIELDS:
+        cols[name] = np.fromiter(
+            (getattr(c, name) for c in candidates), np.float64, len(candidates)
+        )
+    return cols
+
+
 def decide(
     store: ModelStore,
     pool: str,
     items: Sequence[CandidateIn],
     resolved: Resolved,
     policy: SchedulingPolicy,
+    ledger: DecidedLedger | None = None,
+    now: float = 0.0,
 ) -> Decision:
     """Predictions come from this process's memory; if the pool has no model the library's
-    heuristic fallback decides, and the decision says so."""
+    heuristic fallback decides, and the decision says so.
+
+    With a ``ledger``, the decisions it holds (this process's recent ones, at ``now`` on its
+    clock) count in their pods' in-flight work, and this decision is held in turn."""
+    base = columns(list(items))
+    plain = to_candidates(items)
+    candidates = plain if ledger is None else ledger.apply(plain, now)
+    row_of = {c.name: i for i, c in enumerate(items)}
 
     def predictor(
-        _: Sequence[Candidate], __: SchedulingRequest
+        asked: Sequence[Candidate], __: SchedulingRequest
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64] | None]:
-        p = predict_both(store, pool, columns(list(items)))
+        # The wire rows as they came, the common case, are predicted as they are; candidates
+        # the library or the ledger changed (held decisions added, the interference scorer's
+        # pods with the request placed) from their own fields.
+        as_sent = len(asked) == len(plain) and all(
+            a is b for a, b in zip(asked, plain, strict=True)
+        )
+        cols = base if as_sent else candidate_columns(base, row_of, asked)
+        p = predict_both(store, pool, cols)
         # The calibrated TPOT p90 rides along; the tier filter reads it when the policy says so.
         return p.ttft_ms, p.tpot_ms, p.tpot_p90_ms
 
-    return schedule(resolved.request, to_candidates(items), policy, predictor)
+    decision = schedule(resolved.request, candidates, policy, predictor)
+    if ledger is not None and decision.admitted and decision.chosen is not None:
+        first = decision.prefill or decision.chosen
+        prefix = min(max(items[row_of[first]].prefix_cache_score, 0.0), 1.0)
+        ledger.record(
+            first, decision.chosen, round(resolved.request.prompt_tokens * (1.0 - prefix)), now
+        )
+    return decision

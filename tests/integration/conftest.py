@@ -14,7 +14,7 @@ from backend.policies.schemas import PolicySpec
 from backend.policies.service import create_policy
 from backend.pools.models import Pool
 from backend.pools.service import ensure_default_pool
-from backend.settings import IngestSettings, Settings, UISettings
+from backend.settings import IngestSettings, ServingSettings, Settings, UISettings
 from tests.conftest import db_url_for_tests, redis_url_for_tests
 from tests.pg import recreate_database
 from tests.server import TEST_SESSION_SECRET
@@ -66,12 +66,14 @@ def production_settings(database_url: str, ingest_processes: int = 0) -> Setting
     """Production mode (Redis configured): the API runs no background loop of its own, so a
     test decides when trimming happens. Ingestion stores in the API process unless a test asks
     for helper processes (starting them costs a second per app; test_ingestion runs every
-    case both ways)."""
+    case both ways). `/v1/schedule` holds no decision (a test that schedules twice expects the
+    same answer whatever the time between its calls; test_schedule holds them on purpose)."""
     return Settings(
         database_url=database_url,
         redis_url=redis_url_for_tests(),
         ui=UISettings(session_secret=SecretStr(TEST_SESSION_SECRET)),
         ingest=IngestSettings(processes=ingest_processes),
+        serving=ServingSettings(decided_hold_ms=0.0),
     )
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from backend.app import create_app
+from backend.routing import service as routing_service
+from backend.settings import ServingSettings, Settings
 from backend.sim.entries import training_entries
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
@@ -329,3 +333,64 @@ def test_lmetric_policy_has_no_epp_config_and_says_why(client: TestClient) -> No
     r = client.get(f"/v1/policies/{pid}/epp-config")
     assert r.status_code == 409
     assert "Headroom-only" in r.json()["detail"] and "/v1/schedule" in r.json()["detail"]
+
+
+@pytest.fixture
+def holding(settings: Settings, trained: TestClient) -> Iterator[TestClient]:
+    """The trained pool served by an app that holds each decision for a minute: long enough
+    that no test's pace lets one expire (the default is about a router's dispatch time)."""
+    held = settings.model_copy(update={"serving": ServingSettings(decided_hold_ms=60_000.0)})
+    with TestClient(create_app(held)) as c:
+        yield c
+
+
+def test_decisions_are_held_so_a_burst_does_not_herd_onto_one_pod(holding: TestClient) -> None:
+    holding.put(f"/v1/policies/{policy_id(holding)}", json={"picker": "best_fit"})
+    pods = [pod(f"p{i}", num_request_running=2, dispatched_requests=2) for i in range(3)]
+    chosen = []
+    for seed in range(3):
+        out = schedule(holding, pods, ttft_slo_ms=2000, tpot_slo_ms=60, seed=seed)
+        chosen.append(out["decision"]["chosen"])
+    # Three identical pods as the router reports them, three decisions before any dispatch:
+    # each sees the ones before it (with the default 0 hold all three would take one pod).
+    assert sorted(chosen) == ["p0", "p1", "p2"]
+    fourth = schedule(holding, pods, ttft_slo_ms=2000, tpot_slo_ms=60)
+    ttft = {c["name"]: c["ttft_ms"] for c in fourth["decision"]["candidates"]}
+    first = schedule(holding, [pod("p9", num_request_running=2, dispatched_requests=2)])
+    fresh = first["decision"]["candidates"][0]["ttft_ms"]
+    # A pod holding a 2,000-token prefill decided for it predicts a later first token.
+    assert ttft[fourth["decision"]["chosen"]] > fresh
+
+
+def test_without_a_hold_identical_calls_get_identical_answers(trained: TestClient) -> None:
+    trained.put(f"/v1/policies/{policy_id(trained)}", json={"picker": "best_fit"})
+    pods = [pod(f"p{i}", num_request_running=2) for i in range(3)]
+    answers = {schedule(trained, pods, seed=s)["decision"]["chosen"] for s in range(3)}
+    assert len(answers) == 1
+
+
+def test_the_interference_scorer_predicts_the_pods_with_the_request_placed(
+    trained: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scorer's second predictor call is on counterfactual pods: their own fields, not the
+    # wire rows again (which would price no interference at all).
+    asked: list[dict[str, Any]] = []
+    real = routing_service.predict_both
+
+    def spy(store: Any, pool: str, cols: Any) -> Any:
+        asked.append({k: np.asarray(v).copy() for k, v in cols.items()})
+        return real(store, pool, cols)
+
+    monkeypatch.setattr(routing_service, "predict_both", spy)
+    trained.put(f"/v1/policies/{policy_id(trained)}", json={"scorer": "interference"})
+    pods = [
+        pod(f"p{i}", num_request_running=3 * i, prefill_tokens_in_flight=1000 * i) for i in range(3)
+    ]
+    out = schedule(trained, pods, ttft_slo_ms=2000, tpot_slo_ms=60)
+    assert not out["decision"]["fallback"]
+    present, placed = asked
+    assert list(present["prefill_tokens_in_flight"]) == [0, 1000, 2000]
+    # The request's 2,000 uncached tokens are in flight on each pod, one more request with it.
+    assert list(placed["prefill_tokens_in_flight"]) == [2000, 3000, 4000]
+    assert list(placed["num_request_running"]) == [1, 4, 7]
+    assert list(placed["pod_type"]) == list(present["pod_type"])

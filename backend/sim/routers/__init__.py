@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from backend.predictor.regressors import TrainParams
 from backend.scheduling.types import SchedulingPolicy, Scorer, TransferConfig
+from backend.settings import DECIDED_HOLD_MS
 from backend.sim.routers.base import Route, RoutingPolicy
 from backend.sim.routers.heuristic import (
     DynamoKv,
@@ -48,7 +49,7 @@ UPSTREAM_PREDICTED_BEST = (
     "precise-prefix-cache-scorer gives them); other options as the SLO guide ships them"
 )
 OURS_GREEDY_PD = "headroom-greedy-pd"
-OURS_COUNT_DECIDED = "headroom-count-decided"
+OURS_NO_HOLD = "headroom-no-hold"
 OURS_INTERFERENCE = "headroom-interference"
 INTERFERENCE_ABLATIONS: Final[dict[str, Scorer]] = {
     OURS_INTERFERENCE: "interference",
@@ -110,9 +111,8 @@ def ours_config(transfer: TransferConfig, pd_selection: str = "joint") -> Predic
         learn_transfer=True,
         per_class=True,
         live_calibration=True,
-        # ``count_decided`` stays off: it is worth 8.7 points of live TTFT MAPE on Azure code
-        # (docs/benchmarks.md, issue 17), but the service's /v1/schedule does not record the
-        # decisions it has just made yet, so the simulated policy must not know them either.
+        # /v1/schedule holds its decisions for as long by default (backend/scheduling/decided.py).
+        decided_hold_ms=DECIDED_HOLD_MS,
     )
 
 
@@ -120,16 +120,23 @@ Options = Mapping[str, Any]
 PolicyFactory = Callable[[TransferConfig, int, Options], RoutingPolicy]
 
 
+_CONFIG_OPTIONS: Final = frozenset({"prefix", "decided_hold_ms"})
+"""Options that set the simulated router's ``PredictedConfig``, not its ``SchedulingPolicy``."""
+
+
 def _predicted(
     name: str, reproduces: str, config: PredictedConfig, seed: int, options: Options
 ) -> PredictedLatency:
     """A predicted-latency policy with ``options`` applied: ``prefix`` (approx | precise) is the
-    prefix-score source, every other key a ``SchedulingPolicy`` field."""
-    policy = {k: v for k, v in options.items() if k != "prefix"}
+    prefix-score source, ``decided_hold_ms`` how long its decisions count before dispatch (0: an
+    unchanged EPP, which calls ``/predict`` and holds none), every other key a
+    ``SchedulingPolicy`` field."""
+    policy = {k: v for k, v in options.items() if k not in _CONFIG_OPTIONS}
     config = replace(
         config,
         policy=replace(config.policy, **policy),
         prefix=options.get("prefix", config.prefix),
+        decided_hold_ms=float(options.get("decided_hold_ms", config.decided_hold_ms)),
     )
     if options:
         reproduces += " | options: " + ", ".join(f"{k}={v}" for k, v in options.items())
@@ -174,11 +181,12 @@ POLICIES: Final[dict[str, PolicyFactory]] = {
         s,
         o,
     ),
-    # What /v1/schedule would gain by recording its own decisions (not built: issue 17).
-    OURS_COUNT_DECIDED: lambda t, s, o: _predicted(
-        OURS_COUNT_DECIDED,
-        "experiment: Headroom's policy counting its decided, not yet dispatched requests",
-        replace(ours_config(t), count_decided=True),
+    # What holding its decisions until dispatch is worth (issue 17).
+    OURS_NO_HOLD: lambda t, s, o: _predicted(
+        OURS_NO_HOLD,
+        "ablation: Headroom's policy with its decisions counted only once dispatched, as "
+        "upstream's EPP counts them (decided_hold_ms 0)",
+        replace(ours_config(t), decided_hold_ms=0.0),
         s,
         o,
     ),
@@ -248,6 +256,7 @@ __all__ = [
     "MAIN_POLICIES",
     "OURS",
     "OURS_GREEDY_PD",
+    "OURS_NO_HOLD",
     "POLICIES",
     "REFERENCE",
     "TUNABLE",

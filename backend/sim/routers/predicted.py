@@ -19,6 +19,7 @@ import numpy as np
 from backend.predictor.features import POD_TYPE_CODES
 from backend.predictor.regressors import Kind, TrainParams
 from backend.scheduling import Candidate, SchedulingRequest, TransferModel, schedule
+from backend.scheduling.decided import DecidedLedger
 from backend.scheduling.types import Distance, SchedulingPolicy
 from backend.sim.online import OnlinePredictor, columns
 from backend.sim.routers.base import Route, RoutingPolicy, Row
@@ -52,14 +53,14 @@ class PredictedConfig:
     per_class: bool = False
     """One model per GPU class (profile) rather than one per pool: in the service, a pool per
     class. The wire features carry no GPU class, so one model averages A100 and H100 pods."""
-    count_decided: bool = False
-    """Requests this router has decided but not yet dispatched (their predictor call is still
-    returning) count in a pod's in-flight work (``prefill_tokens_in_flight``,
-    ``dispatched_requests``) from the decision on, as a router that records its own decisions
-    would. ``/v1/schedule`` does not record them yet, so it is off in Headroom's policy too.
-    Upstream's EPP counts a request only once it is dispatched, so requests decided
-    concurrently do not see each other (issue 17: on Azure code at load 4, 13 % of requests had
-    such a twin on their pod, and their TTFT error was 48 % against 17 % for the rest)."""
+    decided_hold_ms: float = 0.0
+    """How long a request this router has decided counts in its pod's in-flight work
+    (``prefill_tokens_in_flight``, ``dispatched_requests``) from the decision on, through the
+    service's ``DecidedLedger`` (backend/scheduling/decided.py), as ``/v1/schedule`` holds its
+    own decisions. 0: a decision counts only once it is dispatched, as in upstream's EPP, so
+    requests decided concurrently do not see each other (issue 17: on Azure code at load 4,
+    13 % of requests had such a twin on their pod, and their TTFT error was 48 % against 17 %
+    for the rest)."""
 
 
 def candidate_row(c: Candidate) -> Row:
@@ -122,10 +123,8 @@ class PredictedLatency(RoutingPolicy):
         self.fallbacks = 0
         self.shed = 0
         self._live: dict[str, dict[int, list[float]]] = {"ttft": {}, "tpot": {}}
-        # Per pod: requests decided for it and not yet dispatched, and their uncached tokens
-        # (``count_decided``; always 0 without a dispatch delay).
-        self._decided: list[int] = []
-        self._decided_tokens: list[int] = []
+        # Decisions held until the pods' counts show them (``decided_hold_ms``).
+        self._ledger = DecidedLedger(config.decided_hold_ms / 1000.0)
 
     def bind(self, view: RouterView) -> None:
         super().bind(view)
@@ -136,8 +135,6 @@ class PredictedLatency(RoutingPolicy):
             (view.prefill_pods + view.decode_pods) if view.disaggregated else view.decode_pods
         )
         self._class_of = [s.profile.name if self.config.per_class else "" for s in view.servers]
-        self._decided = [0] * len(view.servers)
-        self._decided_tokens = [0] * len(view.servers)
         for key in dict.fromkeys(self._class_of):
             self.predictors[key] = OnlinePredictor(
                 kind=self.config.kind,
@@ -199,7 +196,7 @@ class PredictedLatency(RoutingPolicy):
         for p, pre in zip(pods, prefix, strict=True):
             g = v.scraped(p)
             server = v.servers[p]
-            decided = self._decided_tokens[p]
+            held, decided = self._ledger.pending(server.name, v.now)
             rows.append(router_row(v, req, p, pre, decided))
             candidates.append(
                 Candidate(
@@ -214,7 +211,7 @@ class PredictedLatency(RoutingPolicy):
                     role=server.role,  # type: ignore[arg-type]
                     pod_class=server.profile.name,
                     topology=server.topology,
-                    dispatched_requests=v.dispatched[p] + self._decided[p],
+                    dispatched_requests=v.dispatched[p] + held,
                 )
             )
         self._cols = columns(np.asarray(rows, dtype=np.float64))
@@ -245,8 +242,7 @@ class PredictedLatency(RoutingPolicy):
         p = where[decision.prefill] if decision.prefill is not None else d
         pred_ok = self._pred is not None and not decision.fallback
         uncached = round(req.prompt * (1.0 - prefix[p]))
-        if self.config.count_decided:
-            self._decide(pods[p], pods[d], uncached, +1)
+        self._ledger.record(self._names[pods[p]], self._names[pods[d]], uncached, v.now)
         return Route(
             pods[d],
             prefill=pods[p] if decision.prefill is not None else None,
@@ -258,19 +254,7 @@ class PredictedLatency(RoutingPolicy):
             tpot_row=rows[d],
         )
 
-    def _decide(self, first: int, decode: int, uncached: int, sign: int) -> None:
-        """Count (``sign`` +1) or release (-1) a decision until the engine counts it itself:
-        as the engine does at dispatch, the first pod gets the request and its uncached
-        tokens, a separate decode pod the request."""
-        self._decided[first] += sign
-        self._decided_tokens[first] += sign * uncached
-        if decode != first:
-            self._decided[decode] += sign
-
     def on_dispatch(self, req: Request, route: Route, now: float) -> None:
-        if self.config.count_decided:
-            first = route.prefill if route.prefill is not None else route.pod
-            self._decide(first, route.pod, route.uncached, -1)
         if self._index is not None:
             self._index.add(route.pod, req.units)
             if route.prefill is not None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-import pytest
-
 from backend.scheduling.types import TransferConfig
+from backend.settings import DECIDED_HOLD_MS
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.routers import LLMD_PREDICTED_BEST, OURS, make_policy
@@ -20,13 +19,13 @@ from .helpers import SLO
 
 
 def bound(
-    name: str, pods: int = 3, count_decided: bool = False
+    name: str, pods: int = 3, hold_ms: float | None = None
 ) -> tuple[PredictedLatency, RouterView]:
     policy = make_policy(name, TransferConfig(), 0)
     assert isinstance(policy, PredictedLatency)
-    if count_decided:
+    if hold_ms is not None:
         policy = PredictedLatency(
-            name, policy.reproduces, replace(policy.config, count_decided=True), seed=0
+            name, policy.reproduces, replace(policy.config, decided_hold_ms=hold_ms), seed=0
         )
     specs = build_pool(pods, "a100-llama3-8b")
     servers = [Server(i, s.name, load_profile(s.profile)) for i, s in enumerate(specs)]
@@ -45,25 +44,25 @@ def route(policy: PredictedLatency, rid: int, prompt: int) -> Route:
     return policy.route(Request(rid, 0.0, prompt, 10, [1000 + rid], 0))
 
 
-def test_count_decided_counts_a_decision_from_the_moment_it_is_made_until_dispatch() -> None:
-    policy, _ = bound(OURS, count_decided=True)
-    first = route(policy, 0, 3000)
-    second = route(policy, 1, 100)
-    # The first request is decided, its predictor call still returning: not yet dispatched.
-    assert in_flight(policy, first.pod) == (first.uncached, 1)
-    for rid, r in ((0, first), (1, second)):
-        policy.on_dispatch(Request(rid, 0.0, 100, 10, [1000 + rid], 0), r, 0.001)
-    route(policy, 2, 100)
-    # From dispatch on the engine's own counts carry them (not moved in this test): counted once.
-    assert in_flight(policy, first.pod) == (0, 0)
-    assert in_flight(policy, second.pod) == (0, 0)
-
-
-@pytest.mark.parametrize("name", [OURS, LLMD_PREDICTED_BEST])
-def test_by_default_a_request_counts_only_once_dispatched(name: str) -> None:
-    # Headroom's policy as the service runs it (/v1/schedule keeps no record of its decisions
-    # yet) and upstream's EPP alike.
-    policy, _ = bound(name)
+def test_a_decision_counts_from_the_moment_it_is_made_until_its_hold_ends() -> None:
+    policy, view = bound(OURS, hold_ms=5.0)
     first = route(policy, 0, 3000)
     route(policy, 1, 100)
+    # The first request is decided, not yet dispatched: the second decision sees it.
+    assert in_flight(policy, first.pod) == (first.uncached, 1)
+    view.now = 0.005  # the hold is over; the engine's own counts carry it from dispatch on
+    route(policy, 2, 100)
     assert in_flight(policy, first.pod) == (0, 0)
+
+
+def test_headroom_holds_its_decisions_as_schedule_does_and_upstream_does_not() -> None:
+    ours, _ = bound(OURS)
+    assert ours.config.decided_hold_ms == DECIDED_HOLD_MS > 0
+    first = route(ours, 0, 3000)
+    route(ours, 1, 100)
+    assert in_flight(ours, first.pod) == (first.uncached, 1)
+    # Upstream's EPP counts a request only once it is dispatched.
+    upstream, _ = bound(LLMD_PREDICTED_BEST)
+    first = route(upstream, 0, 3000)
+    route(upstream, 1, 100)
+    assert in_flight(upstream, first.pod) == (0, 0)
