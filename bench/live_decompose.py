@@ -1,7 +1,7 @@
 """Where the live TTFT error goes: a decomposition against the present-state floor. JSON.
 
     .venv/bin/python bench/live_decompose.py [--suite azure:4] [--seeds 0] [--requests N]
-        [--fresh-gauges] [--count-decided]
+        [--fresh-gauges] [--no-hold]
 
 Runs Headroom's policy on evaluation slice ``i + 1`` with seed ``seeds[i]`` (the settings of
 ``bench/live_accuracy.py``: benchmark defaults, the floor on every 10th request after 60 s) and
@@ -97,8 +97,11 @@ def true_state(server: Server, req: Request, now: float) -> dict[str, float]:
 class Recording(PredictedLatency):
     """Headroom's policy, recording at each decision what its chosen pod really held."""
 
-    def __init__(self, transfer: TransferConfig, seed: int, count_decided: bool = False) -> None:
-        config = replace(ours_config(transfer), count_decided=count_decided)
+    def __init__(self, transfer: TransferConfig, seed: int, hold: bool = True) -> None:
+        # Headroom's policy holds its decisions until dispatch (backend/scheduling/decided.py);
+        # ``hold`` False measures it as before the ledger (a decision counts once dispatched).
+        config = ours_config(transfer)
+        config = config if hold else replace(config, decided_hold_ms=0.0)
         super().__init__(OURS, OURS_PREDICTED, config, seed=seed)
         self.extra: dict[int, dict[str, float]] = {}
         self._dispatch_times: list[list[float]] = []
@@ -126,13 +129,13 @@ class Recording(PredictedLatency):
 
 
 def simulate(
-    suite: str, load: float, replicate: int, seed: int, n: int, fresh: bool, decided: bool
+    suite: str, load: float, replicate: int, seed: int, n: int, fresh: bool, hold: bool
 ) -> Any:
     s = SUITES[suite]
     job = Job(s, replicate + 1, n, load, OURS, (), seed, ())
     pool = list(_pool(s))
     transfer = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
-    policy = Recording(transfer, seed, decided)
+    policy = Recording(transfer, seed, hold)
     config = SimConfig(
         Slo(s.ttft_slo_ms, s.tpot_slo_ms),
         seed=seed,
@@ -276,7 +279,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--fresh-gauges", action="store_true")
     parser.add_argument(
-        "--count-decided", action="store_true", help="the router counts its undispatched decisions"
+        "--no-hold",
+        action="store_true",
+        help="the router counts a decision only once dispatched (Headroom's policy before the "
+        "ledger's hold)",
     )
     parser.add_argument("--dump", default=None, help="save each run's rows here (.npz, per seed)")
     args = parser.parse_args(argv)
@@ -286,7 +292,7 @@ def main(argv: list[str]) -> int:
     for i, seed in enumerate(int(s) for s in args.seeds.split(",")):
         started = time.perf_counter()
         sim, policy, result = simulate(
-            name, float(load), i, seed, n, args.fresh_gauges, args.count_decided
+            name, float(load), i, seed, n, args.fresh_gauges, not args.no_hold
         )
         runs.append(
             {
@@ -304,7 +310,7 @@ def main(argv: list[str]) -> int:
                     "suite": args.suite,
                     "requests_per_slice": n,
                     "fresh_gauges": args.fresh_gauges,
-                    "count_decided": args.count_decided,
+                    "decisions_held": not args.no_hold,
                     "floor_every": FLOOR_EVERY,
                     "cross_fit_block": BLOCK,
                 },

@@ -178,11 +178,18 @@ def via_schedule(kind: Kind, spec: PolicySpec) -> bool:
     return not all(v for k, v in flags.items() if k.endswith("_upstream_equivalent"))
 
 
-def _predicted(label: str, kind: Kind, spec: PolicySpec) -> Candidate:
-    """A candidate that Apply can save: ``spec``, run by its chain's protocol policy."""
+def run_as(kind: Kind, spec: PolicySpec) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """The protocol policy and options that run ``spec`` as a ``kind`` candidate: its chain's
+    (``protocol_policy``), holding no decision where an unchanged EPP decides."""
     policy, options = protocol_policy(spec)
     if policy == OURS and not via_schedule(kind, spec):
         options = (*options, ("decided_hold_ms", 0.0))
+    return policy, options
+
+
+def _predicted(label: str, kind: Kind, spec: PolicySpec) -> Candidate:
+    """A candidate that Apply can save: ``spec``, run by its chain's protocol policy."""
+    policy, options = run_as(kind, spec)
     return Candidate(label, policy, options, kind, spec.model_dump(mode="json"))
 
 

@@ -26,7 +26,7 @@ from typing import Final
 import numpy as np
 from sqlalchemy.orm import Session
 
-from backend.advisor.search import Budget, Workload, protocol_policy
+from backend.advisor.search import Budget, Workload, run_as
 from backend.capacity.desired import (
     CalibrationRouter,
     desired_router,
@@ -150,7 +150,8 @@ def calibration_router(
             f"{learning_max_requests} calibrated with it (learning_calibration_max_requests)"
         )
         return desired_router(settings), why
-    policy, options = protocol_policy(spec)
+    # As the pool runs it: an EPP holds no decision, /v1/schedule does.
+    policy, options = run_as("active", spec)
     if not options:
         # By name: the same key as desired replicas' when it is the same router (load+prefix
         # 3:2:2), so both share one calibration.

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 import yaml
 
-from backend.advisor.search import Budget, Workload, advise, candidates, protocol_policy
+from backend.advisor.search import (
+    Budget,
+    Workload,
+    advise,
+    candidates,
+    protocol_policy,
+    run_as,
+)
 from backend.advisor.workloads import shipped_trace
 from backend.policies.schemas import PolicySpec
 
@@ -168,3 +175,18 @@ def test_the_mixed_pool_and_pd_suites_are_shipped_workloads_every_candidate_runs
     assert len(result["screened"]) == len(candidates(PolicySpec()))
     assert all(0.0 <= row["tuning_slo_attainment"] <= 1.0 for row in result["screened"])
     assert result["workload"]["gpu"] == sorted(profiles)
+
+
+def test_the_active_policy_runs_as_the_pool_runs_it() -> None:
+    # On upstream's options an unchanged EPP runs it (it calls /predict: no decision is held);
+    # with an option only /v1/schedule applies, /v1/schedule runs it and holds its decisions.
+    epp = PolicySpec()
+    assert run_as("active", epp) == (
+        "headroom",
+        (*protocol_policy(epp)[1], ("decided_hold_ms", 0.0)),
+    )
+    schedule = PolicySpec(picker="best_fit")
+    assert run_as("active", schedule) == protocol_policy(schedule)
+    assert run_as("schedule", epp) == protocol_policy(epp)
+    load_chain = PolicySpec(chain="llm-d-default")
+    assert run_as("active", load_chain) == protocol_policy(load_chain)
