@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from backend.policies.schemas import PolicySpec
 from backend.prediction.schemas import columns
 from backend.predictor.serving import ModelStore, predict_both
 from backend.routing.schemas import CandidateIn, RequestIn
+from backend.samples.models import WINDOW_FEATURES
 from backend.scheduling.chain import schedule
 from backend.scheduling.decided import DecidedLedger
 from backend.scheduling.types import (
@@ -162,17 +164,10 @@ def to_candidates(items: Sequence[CandidateIn]) -> list[Candidate]:
     ]
 
 
-_CANDIDATE_FIELDS = (
-    "kv_cache_percentage",
-    "input_token_length",
-    "num_request_waiting",
-    "num_request_running",
-    "prefix_cache_score",
-    "prefill_tokens_in_flight",
-    "decode_tokens_in_flight",
-    "num_tokens_generated",
+_CANDIDATE_FIELDS = tuple(
+    f for f in WINDOW_FEATURES if f in {field.name for field in dataclass_fields(Candidate)}
 )
-"""The wire fields a ``Candidate`` carries, and so the ones the library may change (the held
+"""The wire features a ``Candidate`` carries, and so the ones the library may change (the held
 decisions, the interference scorer's counterfactual pods)."""
 
 

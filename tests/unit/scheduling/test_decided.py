@@ -7,17 +7,15 @@ import pytest
 from backend.scheduling.decided import DecidedLedger
 from backend.scheduling.types import Candidate
 
+from . import helpers
 
-def pod(name: str, running: int = 2, dispatched: int | None = None, tokens: int = 100) -> Candidate:
-    return Candidate(
-        name=name,
-        kv_cache_percentage=0.1,
-        input_token_length=1000,
-        num_request_waiting=0,
+
+def pod(name: str, running: int = 2, dispatched: int | None = None) -> Candidate:
+    return helpers.pod(
+        name,
         num_request_running=running,
-        prefix_cache_score=0.0,
-        prefill_tokens_in_flight=tokens,
         dispatched_requests=dispatched,
+        prefill_tokens_in_flight=100,
     )
 
 
