@@ -78,15 +78,10 @@ class DecidedLedger:
                 if requests == 0:
                     out.append(c)
                     continue
-                dispatched = (
-                    c.num_request_running
-                    if c.dispatched_requests is None
-                    else c.dispatched_requests
-                )
                 out.append(
                     replace(
                         c,
-                        dispatched_requests=dispatched + requests,
+                        dispatched_requests=c.in_flight + requests,
                         prefill_tokens_in_flight=c.prefill_tokens_in_flight
                         + self._tokens.get(c.name, 0),
                     )

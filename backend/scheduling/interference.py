@@ -54,13 +54,12 @@ def counterfactual(c: Candidate, request: SchedulingRequest) -> Candidate:
     """``c`` as it would look with the request placed on it (its uncached tokens in flight)."""
     uncached = round(request.prompt_tokens * (1.0 - min(max(c.prefix_cache_score, 0.0), 1.0)))
     queues = c.num_request_waiting > 0  # FCFS: behind a queue it waits; else it joins the batch
-    dispatched = c.num_request_running if c.dispatched_requests is None else c.dispatched_requests
     return replace(
         c,
         num_request_waiting=c.num_request_waiting + (1 if queues else 0),
         num_request_running=c.num_request_running + (0 if queues else 1),
         prefill_tokens_in_flight=c.prefill_tokens_in_flight + uncached,
-        dispatched_requests=dispatched + 1,
+        dispatched_requests=c.in_flight + 1,
     )
 
 

@@ -159,9 +159,7 @@ def _uncached(prompt_tokens: int, prefix_score: float) -> int:
 
 
 def _batch(c: Candidate, policy: SchedulingPolicy) -> int:
-    if policy.lmetric_batch == "scraped" or c.dispatched_requests is None:
-        return c.num_request_running
-    return c.dispatched_requests
+    return c.num_request_running if policy.lmetric_batch == "scraped" else c.in_flight
 
 
 def _choose(

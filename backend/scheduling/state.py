@@ -32,14 +32,7 @@ class Features:
     def of(cls, candidates: Sequence[Candidate]) -> Features:
         n = len(candidates)
         running = np.fromiter((c.num_request_running for c in candidates), np.float64, n)
-        dispatched = np.fromiter(
-            (
-                c.num_request_running if c.dispatched_requests is None else c.dispatched_requests
-                for c in candidates
-            ),
-            np.float64,
-            n,
-        )
+        dispatched = np.fromiter((c.in_flight for c in candidates), np.float64, n)
         roles = tuple(c.role for c in candidates)
         return cls(
             names=tuple(c.name for c in candidates),

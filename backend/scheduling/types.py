@@ -70,6 +70,15 @@ class Candidate:
     dispatched_requests: int | None = None  # router's in-flight count; None -> num_request_running
     running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests already running there
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in flight on the pod: the router's count, else the scraped running gauge."""
+        return (
+            self.num_request_running
+            if self.dispatched_requests is None
+            else self.dispatched_requests
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulingRequest:
