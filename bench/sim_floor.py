@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.predictor.live_bias import high_load_bias
@@ -32,6 +34,27 @@ from backend.sim.pool import build_pool
 from backend.sim.routers import make_policy
 from backend.sim.traces import TRACE_NAMES, TenantModel, load_trace
 from backend.sim.view import Slo
+
+
+def _describe_top(
+    sim: Simulation, result: Any, actual: Any, predicted: Any, threshold: float
+) -> dict[str, Any]:
+    """What the top load decile's requests were: when they arrived, their output lengths, the
+    prefill tokens in flight on their pod as routing saw it, measured and predicted (medians)."""
+    ok = np.isfinite(actual) & np.isfinite(predicted) & (predicted > 0) & (actual > 0)
+    rows = np.flatnonzero(ok & (result.dispatch_load >= threshold))
+    routes = [sim.routes[i] for i in rows]
+    in_flight = [r.tpot_row[5] for r in routes if r is not None and r.tpot_row is not None]
+    return {
+        "arrival_s_p10_p50_p90": np.percentile(result.arrival[rows], [10, 50, 90])
+        .round(1)
+        .tolist(),
+        "run_span_s": round(float(np.nanmax(result.arrival)), 1),
+        "median_output_tokens": float(np.median(result.output[rows])),
+        "median_prefill_tokens_in_flight": float(np.median(in_flight)) if in_flight else None,
+        "median_measured_ms": round(float(np.median(actual[rows])), 1),
+        "median_predicted_ms": round(float(np.median(predicted[rows])), 1),
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,6 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         brief[target]["live_top_load_decile"] = {
             "n": top.n if top else 0,
             "median_bias_pct": round(100 * top.bias, 2) if top else None,
+            **(_describe_top(sim, result, actual, predicted, top.load_threshold) if top else {}),
         }
     return {
         "run": {
