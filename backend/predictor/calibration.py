@@ -200,11 +200,13 @@ def fit_calibration(
     correct: bool = False,
     source: Source = "held_out",
     served: npt.ArrayLike | None = None,
+    typical: npt.ArrayLike | None = None,
 ) -> Calibration | None:
     """Per-band spread (and with ``correct``, the median correction) of ``actual / predicted``;
     None with fewer than ``min_rows_per_band`` usable rows. With ``served`` (what each row's
     router was told) the spread's shape is taken from ``actual / served`` instead, about its
-    band median."""
+    band median. With ``typical`` (a mask), only those rows set the correction and the median
+    the spread is taken about; the spread's quantiles are over every row."""
     if not 0.0 < quantile < 1.0:
         raise ValueError("quantile must be in (0, 1)")
     lo = np.asarray(load, dtype=np.float64).reshape(-1)
@@ -213,14 +215,17 @@ def fit_calibration(
     ok = np.isfinite(lo) & np.isfinite(true) & (true > 0) & np.isfinite(pred) & (pred > 0)
     told = pred if served is None else np.asarray(served, dtype=np.float64).reshape(-1)
     ok &= np.isfinite(told) & (told > 0)
+    usual = np.ones(ok.shape, np.bool_) if typical is None else np.asarray(typical, np.bool_)
     lo, ratio, seen = lo[ok], true[ok] / pred[ok], true[ok] / told[ok]
-    k = min(bands, lo.size // min_rows_per_band)
+    usual = usual.reshape(-1)[ok]
+    k = min(bands, int(usual.sum()) // min_rows_per_band)
     if k < 1:
         return None
-    # Equal-count bands; loads are integers, so duplicate edges collapse into one band.
-    cuts = np.unique(np.quantile(lo, np.arange(1, k) / k)) if k > 1 else np.empty(0)
+    # Equal-count bands of the typical rows (the atypical ones fall into them): loads are
+    # integers, so duplicate edges collapse into one band.
+    cuts = np.unique(np.quantile(lo[usual], np.arange(1, k) / k)) if k > 1 else np.empty(0)
     band = np.searchsorted(cuts, lo)
-    counts = np.bincount(band, minlength=len(cuts) + 1)
+    counts = np.bincount(band[usual], minlength=len(cuts) + 1)
     # Group adjacent bands until each group has enough rows for its own quantiles; a thin last
     # group joins the one before it.
     groups: list[list[int]] = [[]]
@@ -237,10 +242,10 @@ def fit_calibration(
     points: list[tuple[float, ...]] = []
     for g in groups:
         rows = np.isin(band, g)
-        r = ratio[rows]
-        shift = float(np.median(r)) if correct else 1.0
+        mid = rows & usual
+        shift = float(np.median(ratio[mid])) if correct else 1.0
         correction.append(shift)
-        spread = r / shift if served is None else seen[rows] / float(np.median(seen[rows]))
+        spread = ratio[rows] / shift if served is None else seen[rows] / float(np.median(seen[mid]))
         points.append(tuple(float(x) for x in np.quantile(spread, levels)))
     return Calibration(
         quantile,
@@ -266,6 +271,10 @@ class LiveRows:
     """What the router was told for each row, when ``predicted`` is not it (a stand-in
     recomputed by the active version): the spread is then taken from the served predictions,
     out of sample, rather than from the stand-in's, which trained on most of these rows."""
+    typical: npt.NDArray[np.bool_] | None = None
+    """Rows the correction is fitted on (None: every row); the rest, the outliers the trainer
+    keeps out of training, widen the spread only. The p90 must reach what the pods did to
+    every routed request; the mean keeps describing the usual one, as the model does."""
 
 
 def calibrate(
@@ -278,8 +287,13 @@ def calibrate(
     own prediction), else None."""
     if live is not None:
         pred = np.asarray(live.predicted, dtype=np.float64).reshape(-1)
-        has = np.flatnonzero(np.isfinite(pred) & (pred > 0))[-LIVE_ROWS:]
-        if has.size >= MIN_LIVE_ROWS:
+        routed = np.isfinite(pred) & (pred > 0)
+        usual = routed if live.typical is None else routed & np.asarray(live.typical).reshape(-1)
+        # The newest LIVE_ROWS typical rows, and the atypical ones among them.
+        newest = np.flatnonzero(usual)[-LIVE_ROWS:]
+        has = np.flatnonzero(routed)
+        has = has[has >= newest[0]] if newest.size else newest
+        if newest.size >= MIN_LIVE_ROWS:
             fitted = fit_calibration(
                 np.asarray(live.load, dtype=np.float64).reshape(-1)[has],
                 np.asarray(live.actual, dtype=np.float64).reshape(-1)[has],
@@ -290,6 +304,7 @@ def calibrate(
                 correct=True,
                 source="live",
                 served=None if live.served is None else np.asarray(live.served)[has],
+                typical=None if live.typical is None else np.asarray(live.typical)[has],
             )
             if fitted is not None:
                 return fitted

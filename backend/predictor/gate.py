@@ -383,7 +383,12 @@ def train_round(
                 use &= rows.ids > from_id
     result = _fit(target, rows, use, kind, objective, quantile, params)
     if objective == "mean" and rows.predicted is not None:
-        _calibrate_live(result.model, rows, use, active_all)
+        # Every row of the regime, outliers included: they stay out of training (and out of the
+        # mean's correction) so that a burst does not bend the trees before it is known to last,
+        # but they are what the pods did to requests routed by these predictions. Left out of the
+        # spread too, the p90 lost its upper tail: the slow TPOTs more than 3x their prediction,
+        # the ones that miss SLOs near saturation.
+        _calibrate_live(result.model, rows, rows.ids > from_id, use, active_all)
     scored = use & rows.is_test & (labels > 0)
     fresh = newest(rows.ids[scored], active.max_id, rules.min_test)
     note = "newest " if not fresh.all() else ""
@@ -429,16 +434,21 @@ def served_factors(
 
 
 def _calibrate_live(
-    model: LatencyModel, rows: WindowRows, use: npt.NDArray[np.bool_], active_pred: FloatArray
+    model: LatencyModel,
+    rows: WindowRows,
+    regime: npt.NDArray[np.bool_],
+    trained: npt.NDArray[np.bool_],
+    active_pred: FloatArray,
 ) -> None:
-    """Replace the candidate's held-out calibration by one from the live rows it trained on
-    (those of the current regime, without held-back outliers), when enough were routed by a
-    prediction. The ratio fitted is each row's actual latency over the model's own prediction
-    of it: the served one with its correction undone when ``rows.served_factor`` says which,
-    else the active version's prediction of the row (backend/predictor/calibration.py)."""
+    """Replace the candidate's held-out calibration by one from the live rows of the current
+    regime, when enough were routed by a prediction: the correction from those it trained on,
+    the spread from all of them (held-back outliers included). The ratio fitted is each row's
+    actual latency over the model's own prediction of it: the served one with its correction
+    undone when ``rows.served_factor`` says which, else the active version's prediction of the
+    row (backend/predictor/calibration.py)."""
     assert rows.predicted is not None
-    order = np.argsort(rows.ids[use], kind="stable")  # newest last: ``calibrate`` keeps the tail
-    pick = np.flatnonzero(use)[order]
+    order = np.argsort(rows.ids[regime], kind="stable")  # newest last: ``calibrate`` keeps the tail
+    pick = np.flatnonzero(regime)[order]
     load = (
         np.asarray(rows.cols["num_request_running"], dtype=np.float64)
         + np.asarray(rows.cols["num_request_waiting"], dtype=np.float64)
@@ -452,6 +462,7 @@ def _calibrate_live(
         rows.labels[pick],
         np.where(routed, raw, np.nan),
         None if factor is not None else served,
+        trained[pick],
     )
     fitted = calibrate(None, live)
     if fitted is not None:

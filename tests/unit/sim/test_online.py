@@ -86,3 +86,31 @@ def test_live_rows_correct_the_served_mean_and_without_them_nothing_changes() ->
             assert 1.1 < ratio < 1.4
         else:
             assert model.calibration.source == "held_out" and ratio == 1.0
+
+
+def test_outliers_kept_out_of_training_still_widen_the_live_spread() -> None:
+    """A fifth of the routed requests took 5x what the pods otherwise take (a burst's slowest,
+    beyond the gate's 3x outlier factor): they do not train, but the served p90 must reach
+    them."""
+    p = OnlinePredictor(test_fraction=0.2)
+    _feed(p, 1500, seed=0)
+    p.retrain(now=10.0)
+    n = 1500
+    rows = sample_rows(n, np.random.default_rng(1), PROFILE)
+    wire = {**rows, "pod_type": np.zeros(n)}
+    cols = {f: np.asarray(wire[f], dtype=np.float64) for f in FIELDS}
+    served, _ = p.predict(cols)
+    slow = np.random.default_rng(2).random(n) < 0.2
+    actual = np.asarray(rows["actual_ttft_ms"]) * np.where(slow, 5.0, 1.0)
+    for i in range(n):
+        row = tuple(float(wire[f][i]) for f in FIELDS)
+        p.add("ttft", row, float(actual[i]), predicted_ms=float(served[i]))
+    p.retrain(now=20.0)
+    assert "outlier rows kept out of training" in p.history[-1].reason
+    model = p.models["ttft"]
+    assert model is not None and model.calibration is not None
+    assert model.calibration.source == "live"
+    load = np.asarray(wire["num_request_running"]) + np.asarray(wire["num_request_waiting"])
+    upper = model.calibration.upper(load)
+    # The slow fifth sits above the 80th percentile of actual / served mean: the p90 is there.
+    assert float(np.median(upper)) > 3.0
