@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/saturation_calibration.py [--traces mooncake,azure] [--seeds 0,1]
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
-        [--saturation-load azure=1.324]
+        [--saturation-load azure=1.324] [--offset 0] [--arrival-window 60]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -24,6 +24,8 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    for comparison.
 
 Reduced scale on a shared 2-core machine: ``--requests`` per run and ``--pods`` pods.
+``--offset`` starts the slice later in the trace (a tuning slice disjoint from the first
+requests); ``--arrival-window`` is the service's ``arrival_window_s``.
 """
 
 from __future__ import annotations
@@ -64,7 +66,10 @@ def _setup(suite_name: str, args: argparse.Namespace, load: float, seed: int) ->
     pool = build_pool(args.pods, suite.gpu)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
     tenants = TenantModel(seed=seed) if suite.trace.startswith("azure") else None
-    trace = load_trace(suite.trace, tenants).head(args.requests).scaled(load)
+    full = load_trace(suite.trace, tenants)
+    part = np.zeros(len(full), dtype=np.bool_)
+    part[args.offset : args.offset + args.requests] = True
+    trace = full.select(part).scaled(load)
     router = make_policy(OURS, fabric, seed)
     slo = Slo(suite.ttft_slo_ms, suite.tpot_slo_ms)
     # At low load the same requests span hours: retrain at most about 100 times a run (every
@@ -97,9 +102,11 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     sim = _setup(suite_name, args, load, seed)
     router = sim.policy
     assert isinstance(router, PredictedLatency)
-    probe = Probe(sim, router)  # the level for the next interval (the service's)
+    window = args.arrival_window
+    probe = Probe(sim, router, arrival_window_s=window)  # the next interval (the service's)
     present = Probe(sim, router, next_interval=False)  # the pods as they stand (before)
-    mean_rate = Probe(sim, router, evenly=True)  # the arrivals' mean rate, without bursts
+    # The arrivals' mean rate, without their bursts.
+    mean_rate = Probe(sim, router, evenly=True, arrival_window_s=window)
     pods = list(range(len(sim.servers)))
     times, predicted, predicted_now, predicted_even = [], [], [], []
     span = float(sim.trace.arrival_s[-1])
@@ -152,6 +159,20 @@ def main() -> None:
     parser.add_argument("--traces", default="mooncake,azure")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--requests", type=int, default=1500)
+    parser.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="the slice starts at this request (0: the evaluation slice; a later disjoint "
+        "block, e.g. --offset 3000 --requests 3000, is a tuning slice)",
+    )
+    parser.add_argument(
+        "--arrival-window",
+        type=float,
+        default=60.0,
+        help="seconds of arrivals replayed for the next interval (the service's "
+        "HEADROOM_CAPACITY__ARRIVAL_WINDOW_S; its default 60)",
+    )
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--relative", default="0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2")
     parser.add_argument(

@@ -476,9 +476,12 @@ class Probe:
         spread: bool = True,
         next_interval: bool = True,
         evenly: bool = False,
+        arrival_window_s: float | None = None,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_s, self.representatives = profile_s, representatives
+        # The arrivals replayed: the service's ``arrival_window_s`` (None: the profile's span).
+        self.arrival_window_s = profile_s if arrival_window_s is None else arrival_window_s
         # False: the 0/1 rule on the mean (the level before the residual spread, for A/B).
         self.spread = spread
         self.next_interval = next_interval
@@ -487,19 +490,19 @@ class Probe:
         self.evenly = evenly
 
     def arrivals_at(self, now: float) -> Arrivals | None:
-        """The arrivals of the last ``profile_s`` (times from the window's start) and their
-        mean output length: what the service's profile holds from the TTFT and TPOT samples."""
+        """The arrivals of the last ``arrival_window_s`` (times from the window's start) and
+        their mean output length: what the service keeps from the TTFT and TPOT samples."""
         if not self.next_interval:
             return None
-        trace = self.sim.trace
-        start = now - self.profile_s
+        trace, span = self.sim.trace, self.arrival_window_s
+        start = now - span
         lo, hi = np.searchsorted(trace.arrival_s, [start, now])
         if hi <= lo:
-            return Arrivals((), self.profile_s, 1.0)
+            return Arrivals((), span, 1.0)
         times = tuple((trace.arrival_s[lo:hi] - start).tolist())
         if self.evenly:
-            times = tuple(((np.arange(hi - lo) + 0.5) * self.profile_s / (hi - lo)).tolist())
-        return Arrivals(times, self.profile_s, float(trace.output_tokens[lo:hi].mean()))
+            times = tuple(((np.arange(hi - lo) + 0.5) * span / (hi - lo)).tolist())
+        return Arrivals(times, span, float(trace.output_tokens[lo:hi].mean()))
 
     def representatives_at(self, now: float) -> list[Representative]:
         trace = self.sim.trace

@@ -200,3 +200,21 @@ def test_the_spread_comes_from_what_was_served_when_the_prediction_is_a_stand_in
     np.testing.assert_allclose(wide.upper(load), expected, rtol=0.1)
     # The correction still comes from the stand-in.
     np.testing.assert_allclose(wide.correction, tight.correction)
+
+
+def test_atypical_live_rows_widen_the_spread_but_leave_the_correction_and_bands() -> None:
+    """Rows the trainer kept out (typical False) count in the spread only: the served mean and
+    the bands are those of the typical rows, and the p90 reaches the slow tail."""
+    load, actual, mean = _noisy(3000, seed=3)
+    slow = np.random.default_rng(4).random(load.size) < 0.15
+    actual = np.where(slow, actual * 5.0, actual)
+    typical = LiveRows(load, actual, mean * 0.8, typical=~slow)
+    only = LiveRows(load[~slow], actual[~slow], mean[~slow] * 0.8)
+    with_tail, without = calibrate(None, typical), calibrate(None, only)
+    assert with_tail is not None and without is not None
+    assert with_tail.source == without.source == "live"
+    assert with_tail.edges == without.edges
+    assert with_tail.correction == pytest.approx(without.correction)
+    # 15 % of the rows at 5x: the p90 of actual / served mean lies among them.
+    assert float(np.min(with_tail.upper(load))) > 3.0
+    assert float(np.max(without.upper(load))) < 2.5
