@@ -297,12 +297,13 @@ class CapacitySettings(BaseModel):
         description="Requests from the profile placed on every pod per tick (evenly spaced).",
     )
     arrival_window_s: float = Field(
-        60.0,
-        gt=0,
+        0.0,
+        ge=0,
         le=3600,
-        description="The saturation level is that of the next interval: the requests that "
-        "arrived over this window (their times from the TTFT samples) are replayed from now onto "
-        "the pods, so that bursts count (docs/capacity.md).",
+        description="0 (the default): the saturation level is the pods' as they stand. Above "
+        "0, it is the next interval's: the requests that arrived over this window (their times "
+        "from the TTFT samples) are replayed from now onto the pods, so that bursts count; "
+        "pessimistic past saturation in the calibration runs (docs/capacity.md).",
     )
     profile_rows: int = Field(
         512,

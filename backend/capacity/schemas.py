@@ -83,7 +83,8 @@ class SaturationRead(BaseModel):
     representatives: int = Field(description="Requests from the recent profile placed per pod.")
     arrival_rate_rps: float = Field(
         description="Arrival rate of the requests replayed for the next interval (the last "
-        "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`); 0: the pods as they stand."
+        "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`); 0: the pods as they stand (the default, "
+        "window 0, or no arrival in the window)."
     )
     headroom_p50: HeadroomRead | None = Field(description="At the median request (by prompt).")
     headroom_p90: HeadroomRead | None = Field(description="At the p90 request (by prompt).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from backend.app import create_app
+from backend.settings import Settings
 from backend.sim.entries import training_entries
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
@@ -98,7 +101,34 @@ def test_an_unknown_pool_is_404(client: TestClient) -> None:
     assert client.get("/v1/pools/nope/saturation").status_code == 404
 
 
-def test_a_tick_sees_every_pod_however_many_samples_arrived(client: TestClient) -> None:
+@pytest.fixture
+def replaying(settings: Settings) -> Iterator[TestClient]:
+    """The level for the next interval: the last minute's arrivals replayed onto the pods."""
+    window = settings.capacity.model_copy(update={"arrival_window_s": 60.0})
+    with TestClient(create_app(settings.model_copy(update={"capacity": window}))) as c:
+        yield c
+
+
+def _idle_burst(client: TestClient) -> dict[str, Any]:
+    """400 requests that just arrived on 4 pods whose gauges read idle."""
+    entries = traffic(400, pods=4)
+    for e in entries:  # the pods' gauges as an idle pod's: nothing running, nothing waiting
+        e.update(num_request_running=0, num_request_waiting=0, kv_cache_percentage=0.0)
+        e.update(prefill_tokens_in_flight=0, decode_tokens_in_flight=0)
+    post(client, entries)
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    return saturation_of(client)
+
+
+def test_by_default_the_level_is_the_pods_as_they_stand(client: TestClient) -> None:
+    body = _idle_burst(client)
+    assert body["arrival_rate_rps"] == 0.0
+    assert all(p["requests"] == 0 for p in body["pods"])  # idle, as their gauges say
+
+
+def test_a_tick_sees_every_pod_however_many_samples_arrived(replaying: TestClient) -> None:
+    client = replaying
     # 4,000 samples from 80 pods in one tick: more than the profile takes (512), and every
     # pod's newest gauges still arrive (aggregated per pod by the database).
     post(client, traffic(2000, pods=80))
@@ -116,16 +146,9 @@ def test_a_tick_sees_every_pod_however_many_samples_arrived(client: TestClient) 
     assert body["arrival_rate_rps"] == pytest.approx(2000 / 60, rel=1e-6)
 
 
-def test_the_level_replays_a_burst_the_pods_do_not_show_yet(client: TestClient) -> None:
+def test_the_level_replays_a_burst_the_pods_do_not_show_yet(replaying: TestClient) -> None:
     """Idle pods, but 400 requests just arrived: the next interval's level is computed on the
     pods holding the requests that burst leaves on them."""
-    entries = traffic(400, pods=4)
-    for e in entries:  # the pods' gauges as an idle pod's: nothing running, nothing waiting
-        e.update(num_request_running=0, num_request_waiting=0, kv_cache_percentage=0.0)
-        e.update(prefill_tokens_in_flight=0, decode_tokens_in_flight=0)
-    post(client, entries)
-    set_slo(client, 2000, 100)
-    train_and_load(client)
-    body = saturation_of(client)
+    body = _idle_burst(replaying)
     assert body["arrival_rate_rps"] == pytest.approx(400 / 60, rel=1e-6)
     assert all(p["requests"] > 0 for p in body["pods"])  # the middle state holds some
