@@ -17,11 +17,11 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    32 representative requests from the last minute's arrivals, the router's own online models
    and policy; ``backend.sim.autoscale.Probe``). Predicted: 1 - level. Measured: the share of
    the requests arriving before the next probe that met both SLOs. Each load reports the means over
-   its probes and the gap (predicted - measured), mean and min-max over seeds. The level is the
-   one for the next interval (the recent arrivals replayed from now, as the service computes
-   it); ``*_present`` is the same probe's level with the pods as they stand, and
-   ``*_mean_rate`` with the window's arrivals evenly spaced (their rate without their bursts),
-   for comparison.
+   its probes and the gap (predicted - measured), mean and min-max over seeds. Three levels
+   per probe: ``predicted`` for the next interval (the last ``--arrival-window`` seconds of
+   arrivals replayed from now: the service's with ``HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`` set),
+   ``*_present`` with the pods as they stand (the service's default), and ``*_mean_rate`` with
+   the window's arrivals evenly spaced (their rate without their bursts).
 
 Reduced scale on a shared 2-core machine: ``--requests`` per run and ``--pods`` pods.
 ``--offset`` starts the slice later in the trace (a tuning slice disjoint from the first
@@ -103,8 +103,8 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     router = sim.policy
     assert isinstance(router, PredictedLatency)
     window = args.arrival_window
-    probe = Probe(sim, router, arrival_window_s=window)  # the next interval (the service's)
-    present = Probe(sim, router, next_interval=False)  # the pods as they stand (before)
+    probe = Probe(sim, router, arrival_window_s=window)  # the next interval (opt-in)
+    present = Probe(sim, router, next_interval=False)  # the pods as they stand (the default)
     # The arrivals' mean rate, without their bursts.
     mean_rate = Probe(sim, router, evenly=True, arrival_window_s=window)
     pods = list(range(len(sim.servers)))
