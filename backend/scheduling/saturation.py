@@ -349,8 +349,11 @@ def _footprints(
 
 def _holding(pod: Candidate, n0: float, n: float, per: _Footprint) -> Candidate:
     """``pod`` holding ``n`` requests in the system rather than its present ``n0``, the ones
-    above it young (``_footprints``): where the latency grid is predicted."""
-    return _found(pod, n0, n, max(0.0, n - n0), per)
+    above it young (``_footprints``): where the latency grid is predicted. Below ``n0`` the
+    present requests left are ``n`` of them, so their prefill tokens in flight scale down with
+    the rest of the gauges (an empty pod with its present prefill work would be no state the
+    pods are ever in, and the grid's non-decreasing envelope would carry its latency up)."""
+    return _found(pod, n0, n, max(0.0, n - n0), per, min(n, n0))
 
 
 def _found(
