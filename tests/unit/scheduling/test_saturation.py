@@ -355,3 +355,25 @@ def test_a_request_past_its_first_token_holds_the_pod_but_no_longer_its_prompt_i
     held = [list(h) for _, h in states]
     assert held == [pytest.approx([k / 2] * 2, abs=1e-3) for k in range(4)]
     assert all(s[0].prefill_tokens_in_flight == 0 for s, _ in states)
+
+
+def test_the_replay_grid_below_the_present_load_holds_that_much_prefill_work() -> None:
+    """The latency grid's states below a pod's present load are that pod with fewer of its
+    requests: their prefill tokens in flight go with them, so the empty state holds none (an
+    empty pod with its present prefill work would read slow, and the grid's non-decreasing
+    envelope would carry that up to the present load)."""
+    seen: list[Candidate] = []
+
+    def recording(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+        seen.extend(rows)
+        return np.full(len(rows), 100.0), np.full(len(rows), 10.0)
+
+    busy = pod("p0", num_request_running=4, num_request_waiting=4, prefill_tokens_in_flight=8000)
+    arrivals = Arrivals((1.0, 2.0), 60.0, 50.0)
+    assert project([busy], [Representative(1000, 0.0)], arrivals, recording)
+    by_load: dict[int, Candidate] = {}
+    for r in seen:  # the grid is predicted first (later calls are the chain's, on the states)
+        by_load.setdefault(r.num_request_running + r.num_request_waiting, r)
+    assert by_load[0].prefill_tokens_in_flight == 0
+    assert by_load[4].prefill_tokens_in_flight == 4000  # half the requests, half the work
+    assert by_load[8].prefill_tokens_in_flight == 8000  # the present state as it stands
