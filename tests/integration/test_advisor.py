@@ -274,8 +274,9 @@ def open_embedded(settings: Settings) -> Iterator[TestClient]:
 
 def test_pool_replay_is_the_default_on_a_pool_with_traffic(open_embedded: TestClient) -> None:
     client = open_embedded
-    # Two simulated minutes of two pods' traffic, as an EPP posts it, stamped as just observed.
-    post(client, epp_samples(seconds=120.0))
+    # 70 simulated seconds of two pods' traffic (264 requests: the trace's first burst), as an
+    # EPP posts it, stamped as just observed.
+    post(client, epp_samples(seconds=70.0))
     # No SLO to measure attainment against: the replay is refused, saying why, and the default
     # falls back to a shipped trace.
     refused = client.post("/v1/pools/default/advice", json={"workload": "pool-replay"})
@@ -329,7 +330,7 @@ def test_pool_replay_calibrates_routed_by_the_pools_active_policy(
 ) -> None:
     client = open_embedded
     runtime = runtime_of(client)
-    post(client, epp_samples(seconds=120.0))
+    post(client, epp_samples(seconds=70.0))
     set_slo(client, 2000, 100)
     sticky = {"chain": "llm-d-default", "sticky_affinity_threshold": 0.5}
     assert client.put("/v1/policies/1", json=sticky).status_code == 200
