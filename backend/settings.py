@@ -297,13 +297,21 @@ class CapacitySettings(BaseModel):
         description="Requests from the profile placed on every pod per tick (evenly spaced).",
     )
     arrival_window_s: float = Field(
-        0.0,
+        60.0,
         ge=0,
         le=3600,
-        description="0 (the default): the saturation level is the pods' as they stand. Above "
-        "0, it is the next interval's: the requests that arrived over this window (their times "
-        "from the TTFT samples) are replayed from now onto the pods, so that bursts count; "
-        "pessimistic past saturation in the calibration runs (docs/capacity.md).",
+        description="Seconds of recent arrivals (their times from the TTFT samples) replayed "
+        "from now onto the pods for the next interval's level, so that bursts count. 0: no "
+        "replay, the level is the pods' as they stand.",
+    )
+    present_weight: float = Field(
+        0.6,
+        ge=0,
+        le=1,
+        description="The saturation level is this weight's mix of the pods' level as they "
+        "stand (optimistic where bursts follow) and the next interval's (pessimistic past "
+        "saturation): 1, the present one alone; 0, the replay alone. 0.6 was chosen on a "
+        "tuning slice of both shipped traces (docs/capacity.md).",
     )
     profile_rows: int = Field(
         512,

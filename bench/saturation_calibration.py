@@ -3,6 +3,7 @@
     .venv/bin/python bench/saturation_calibration.py [--traces mooncake,azure] [--seeds 0,1]
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
         [--saturation-load azure=1.324] [--offset 0] [--arrival-window 60]
+        [--present-weight 0.6]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -18,10 +19,10 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    and policy; ``backend.sim.autoscale.Probe``). Predicted: 1 - level. Measured: the share of
    the requests arriving before the next probe that met both SLOs. Each load reports the means over
    its probes and the gap (predicted - measured), mean and min-max over seeds. Three levels
-   per probe: ``predicted`` for the next interval (the last ``--arrival-window`` seconds of
-   arrivals replayed from now: the service's with ``HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`` set),
-   ``*_present`` with the pods as they stand (the service's default), and ``*_mean_rate`` with
-   the window's arrivals evenly spaced (their rate without their bursts).
+   per probe, from one computation: ``predicted``, the service's level (``--present-weight``'s
+   mix of the other two), ``*_present`` with the pods as they stand, and ``*_next`` for the
+   next interval (the last ``--arrival-window`` seconds of arrivals replayed from now; with no
+   arrival in the window, the present level).
 
 Reduced scale on a shared 2-core machine: ``--requests`` per run and ``--pods`` pods.
 ``--offset`` starts the slice later in the trace (a tuning slice disjoint from the first
@@ -42,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.scheduling.types import TransferConfig
+from backend.settings import CapacitySettings
 from backend.sim.autoscale import Probe, meets_slo, slo_attainment
 from backend.sim.engine import SimConfig, Simulation
 from backend.sim.gpu import load_profile
@@ -102,42 +104,43 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     sim = _setup(suite_name, args, load, seed)
     router = sim.policy
     assert isinstance(router, PredictedLatency)
-    window = args.arrival_window
-    probe = Probe(sim, router, arrival_window_s=window)  # the next interval (opt-in)
-    present = Probe(sim, router, next_interval=False)  # the pods as they stand (the default)
-    # The arrivals' mean rate, without their bursts.
-    mean_rate = Probe(sim, router, evenly=True, arrival_window_s=window)
+    # The service's level: the mix of the pods as they stand and the next interval (the last
+    # ``--arrival-window`` seconds of arrivals replayed from now), both parts kept.
+    probe = Probe(
+        sim, router, arrival_window_s=args.arrival_window, present_weight=args.present_weight
+    )
     pods = list(range(len(sim.servers)))
-    times, predicted, predicted_now, predicted_even = [], [], [], []
+    times, predicted, predicted_now, predicted_next = [], [], [], []
     span = float(sim.trace.arrival_s[-1])
     every = max(SLICE_S, (span - WARMUP_S) / MAX_PROBES)
     t = 0.0
     while sim.run_until(t):
         sim.view.now = t
         if t >= WARMUP_S:
-            level, now_level, even = probe.level(pods), present.level(pods), mean_rate.level(pods)
-            if level is not None and now_level is not None and even is not None:
+            sat = probe.saturation(pods)
+            if sat is not None and sat.present_level is not None:
+                later = sat.next_level if sat.next_level is not None else sat.present_level
                 times.append(t)
-                predicted.append(1.0 - level)
-                predicted_now.append(1.0 - now_level)
-                predicted_even.append(1.0 - even)
+                predicted.append(1.0 - sat.level)
+                predicted_now.append(1.0 - sat.present_level)
+                predicted_next.append(1.0 - later)
         t += SLICE_S if t < WARMUP_S else every
     result = sim.run()
     slo = sim.config.slo
     ok = meets_slo(result, slo)
     arrival = result.arrival
     pairs = []
-    for at, pred, pred_now, pred_even in zip(
-        times, predicted, predicted_now, predicted_even, strict=True
+    for at, pred, pred_now, pred_next in zip(
+        times, predicted, predicted_now, predicted_next, strict=True
     ):
         mask = (arrival >= at) & (arrival < at + every)
         if mask.any():
-            pairs.append((pred, pred_now, pred_even, float(ok[mask].mean()), int(mask.sum())))
+            pairs.append((pred, pred_now, pred_next, float(ok[mask].mean()), int(mask.sum())))
     if not pairs:
         return {"load": load, "seed": seed, "probes": 0}
     pred_arr = np.array([p[0] for p in pairs])
     now_arr = np.array([p[1] for p in pairs])
-    even_arr = np.array([p[2] for p in pairs])
+    next_arr = np.array([p[2] for p in pairs])
     meas_arr = np.array([p[3] for p in pairs])
     weights = np.array([p[4] for p in pairs], dtype=np.float64)
     return {
@@ -146,10 +149,11 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         "probes": len(pairs),
         "predicted": round(float(np.average(pred_arr, weights=weights)), 4),
         "predicted_present": round(float(np.average(now_arr, weights=weights)), 4),
-        "predicted_mean_rate": round(float(np.average(even_arr, weights=weights)), 4),
+        "predicted_next": round(float(np.average(next_arr, weights=weights)), 4),
         "measured": round(float(np.average(meas_arr, weights=weights)), 4),
         "per_probe_mae": round(float(np.mean(np.abs(pred_arr - meas_arr))), 4),
         "per_probe_mae_present": round(float(np.mean(np.abs(now_arr - meas_arr))), 4),
+        "per_probe_mae_next": round(float(np.mean(np.abs(next_arr - meas_arr))), 4),
         "run_attainment": round(slo_attainment(result, slo), 4),
     }
 
@@ -172,6 +176,13 @@ def main() -> None:
         default=60.0,
         help="seconds of arrivals replayed for the next interval (the service's "
         "HEADROOM_CAPACITY__ARRIVAL_WINDOW_S; its default 60)",
+    )
+    parser.add_argument(
+        "--present-weight",
+        type=float,
+        default=CapacitySettings().present_weight,
+        help="the level's weight on the pods as they stand (the service's "
+        "HEADROOM_CAPACITY__PRESENT_WEIGHT; its default); both parts are reported",
     )
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--relative", default="0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2")
@@ -207,8 +218,8 @@ def main() -> None:
                 "gap_points_present": mean_min_max(
                     [100 * (r["predicted_present"] - r["measured"]) for r in runs]
                 ),
-                "gap_points_mean_rate": mean_min_max(
-                    [100 * (r["predicted_mean_rate"] - r["measured"]) for r in runs]
+                "gap_points_next": mean_min_max(
+                    [100 * (r["predicted_next"] - r["measured"]) for r in runs]
                 ),
                 "runs": runs,
             }

@@ -15,8 +15,9 @@ class PodSaturationRead(BaseModel):
     ttft_ms_p50: float = Field(description="Predicted TTFT of the median request on this pod.")
     tpot_ms_p50: float = Field(description="Predicted TPOT of the median request on this pod.")
     requests: float = Field(
-        description="Requests in the system (running + waiting) the level was computed at: the "
-        "present ones, or more where the recent arrivals, replayed, queue (the middle state)."
+        description="Requests in the system (running + waiting): the present ones, or with the "
+        "present weight at 0 the next interval's middle state (where the replayed arrivals "
+        "queue)."
     )
 
 
@@ -69,8 +70,18 @@ class SaturationRead(BaseModel):
     pool: str
     saturation: float | None = Field(
         description="Share of representative requests that would miss an SLO if routed by the "
-        "pool's chain over the next interval (the recent arrivals replayed onto the pods): 0 all "
-        "fit, 1 none does. Null when it cannot be computed (see status)."
+        "pool's chain: 0 all fit, 1 none does. The mix (`HEADROOM_CAPACITY__PRESENT_WEIGHT`) "
+        "of `present_saturation` and `next_interval_saturation`. Null when it cannot be "
+        "computed (see status)."
+    )
+    present_saturation: float | None = Field(
+        description="The level with the pods as they stand (optimistic where bursts follow)."
+    )
+    next_interval_saturation: float | None = Field(
+        description="The level over the next interval: the recent arrivals (the last "
+        "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`) replayed onto the pods (pessimistic past "
+        "saturation). Null when nothing was replayed (no arrival in the window, window 0 or "
+        "a present weight of 1)."
     )
     status: str = Field(
         description="ok, or why there is no level: no_slo (the policy sets no SLO), no_model, "
@@ -83,8 +94,7 @@ class SaturationRead(BaseModel):
     representatives: int = Field(description="Requests from the recent profile placed per pod.")
     arrival_rate_rps: float = Field(
         description="Arrival rate of the requests replayed for the next interval (the last "
-        "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`); 0: the pods as they stand (the default, "
-        "window 0, or no arrival in the window)."
+        "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`); 0: nothing was replayed."
     )
     headroom_p50: HeadroomRead | None = Field(description="At the median request (by prompt).")
     headroom_p90: HeadroomRead | None = Field(description="At the p90 request (by prompt).")
@@ -106,6 +116,8 @@ class SaturationRead(BaseModel):
             return cls(
                 pool=pool,
                 saturation=None,
+                present_saturation=None,
+                next_interval_saturation=None,
                 status="not_computed",
                 computed_at=None,
                 ttft_slo_ms=None,
@@ -124,6 +136,8 @@ class SaturationRead(BaseModel):
         return cls(
             pool=pool,
             saturation=sat.level if sat else None,
+            present_saturation=sat.present_level if sat else None,
+            next_interval_saturation=sat.next_level if sat else None,
             status=report.status,
             computed_at=report.computed_at,
             ttft_slo_ms=report.ttft_slo_ms,

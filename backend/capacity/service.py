@@ -3,11 +3,11 @@
 Every API process runs one ``CapacityMonitor`` (a background job): each tick reads the samples
 added since the last one, updates each pool's pod gauges and request profile, and recomputes
 the pool's saturation with the models this process serves and the pool's policy, through the
-scheduling library that ``/v1/schedule`` uses: on the pods as they stand, or with
-``arrival_window_s`` set, for the next interval (the pool's arrivals of that window replayed
-onto the pods). Requests and scrapes read the last result; they never compute. A tick costs
-two indexed range scans (the pods' newest gauges, the pools' request counts) plus a few batch
-predictions per pool.
+scheduling library that ``/v1/schedule`` uses: a mix (``present_weight``) of the level on the
+pods as they stand and the next interval's (the pool's arrivals of the last
+``arrival_window_s`` replayed onto the pods). Requests and scrapes read the last result; they
+never compute. A tick costs two indexed range scans (the pods' newest gauges, the pools'
+request counts) plus a few batch predictions per pool.
 """
 
 from __future__ import annotations
@@ -233,6 +233,7 @@ class CapacityMonitor:
                 predict,
                 meet,
                 arrivals,
+                self._settings.present_weight,
             )
         except ModelsNotReady:  # the model went away between the check and the call
             return report(NO_MODEL)

@@ -27,6 +27,13 @@ Little's law as a fluid, each arrival adding its share, passing its first token 
 decode at the rates the models' own predictions on the pod holding N give. The level is the
 mean of the levels on the states the arrivals find (at evenly spaced quantiles). With no
 arrival in the window it is the present level.
+
+**The mix.** Neither level is calibrated alone: the present one is optimistic where bursts
+follow (it does not see them), the next interval's pessimistic past saturation (its fluid
+replay queues more than a latency-seeking chain lets build). With ``present_weight`` between 0
+and 1 the level is ``present_weight * present + (1 - present_weight) * next``; the service's
+weight was chosen on a tuning slice of both traces and reported on another
+(``docs/capacity.md``, "The mix of the two levels"). Both parts are kept in the result.
 """
 
 from __future__ import annotations
@@ -95,6 +102,10 @@ class Saturation:
     p90: Headroom
     representatives: int
     arrival_rate_rps: float = 0.0  # the rate the pods were projected at (0: as they stand)
+    # The two levels the pool's is made of: the pods as they stand, and the next interval's
+    # (None when no arrival was replayed, or the weight was all on the present one).
+    present_level: float | None = None
+    next_level: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +426,7 @@ def saturation(
     predict: RowPredictor,
     meet_probability: MeetProbability | None = None,
     arrivals: Arrivals | None = None,
+    present_weight: float = 0.0,
 ) -> Saturation:
     """The pool's and each pod's saturation level. ``pods`` carry their current gauges; their
     ``input_token_length`` and ``prefix_cache_score`` are replaced by each request's. With
@@ -423,30 +435,49 @@ def saturation(
 
     With ``arrivals`` the level is that of the next interval: the mean of the levels on the
     states the recent arrivals, replayed from now, find (``project``); the pods' predictions
-    and the headroom are those of the middle state. Without arrivals, or with none in the
-    window, the pods are taken as they stand."""
+    and the headroom are those of the middle state. With ``present_weight`` above 0 as well,
+    the levels (the pool's and each pod's) are that weight's mix of the present ones and the
+    next interval's, and the rest is the present state's ("if routed now"). Without
+    arrivals, with none in the window, or with a weight of 1, the pods are taken as they
+    stand. Both parts are in the result (``present_level``, ``next_level``)."""
     if not pods or not requests:
         raise ValueError("saturation needs at least one pod and one representative request")
-    states = project(pods, requests, arrivals, predict) if arrivals is not None else []
-    if not states:
-        now = np.array([p.num_request_running + p.num_request_waiting for p in pods], float)
+    if not 0.0 <= present_weight <= 1.0:
+        raise ValueError("present_weight is in [0, 1]")
+    replay = arrivals is not None and present_weight < 1.0
+    states = project(pods, requests, arrivals, predict) if replay and arrivals else []
+    now = np.array([p.num_request_running + p.num_request_waiting for p in pods], float)
+
+    def present() -> Saturation:
         return _at(pods, now, requests, policy, ttft_slo_ms, tpot_slo_ms, predict, meet_probability)
+
+    if not states:
+        base = present()
+        return dataclasses.replace(base, present_level=base.level)
     each = [
         _at(state, held, requests, policy, ttft_slo_ms, tpot_slo_ms, predict, meet_probability)
         for state, held in states
     ]
-    middle = each[len(each) // 2]
-    level = float(np.mean([s.level for s in each]))
-    pod_levels = tuple(
-        dataclasses.replace(p, level=float(np.mean([s.pods[j].level for s in each])))
-        for j, p in enumerate(middle.pods)
-    )
+    rate = arrivals.rate_rps if arrivals is not None else 0.0
+    now_sat = present()  # both parts are reported, whatever the weight
+    w = present_weight
+    next_level = float(np.mean([s.level for s in each]))
+    level = w * now_sat.level + (1.0 - w) * next_level
+    pod_levels = [
+        w * p.level + (1.0 - w) * float(np.mean([s.pods[j].level for s in each]))
+        for j, p in enumerate(now_sat.pods)
+    ]
+    base = each[len(each) // 2] if w <= 0.0 else now_sat
     return dataclasses.replace(
-        middle,
+        base,
         level=level,
         meeting_slo=1.0 - level,
-        pods=pod_levels,
-        arrival_rate_rps=arrivals.rate_rps if arrivals is not None else 0.0,
+        pods=tuple(
+            dataclasses.replace(p, level=x) for p, x in zip(base.pods, pod_levels, strict=True)
+        ),
+        arrival_rate_rps=rate,
+        present_level=now_sat.level,
+        next_level=next_level,
     )
 
 

@@ -48,7 +48,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from backend.scheduling.saturation import Arrivals, Representative, saturation
+from backend.scheduling.saturation import Arrivals, Representative, Saturation, saturation
 from backend.scheduling.types import Candidate, FloatArray
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.fromsamples import (
@@ -477,6 +477,7 @@ class Probe:
         next_interval: bool = True,
         evenly: bool = False,
         arrival_window_s: float | None = None,
+        present_weight: float = 0.0,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_s, self.representatives = profile_s, representatives
@@ -488,6 +489,9 @@ class Probe:
         # True: the window's arrivals evenly spaced over it (their mean rate, without their
         # bursts), for A/B against the replay.
         self.evenly = evenly
+        # The service's ``present_weight``: the level mixes the present one and the next
+        # interval's (0: the next interval's alone).
+        self.present_weight = present_weight
 
     def arrivals_at(self, now: float) -> Arrivals | None:
         """The arrivals of the last ``arrival_window_s`` (times from the window's start) and
@@ -523,6 +527,12 @@ class Probe:
         return reps
 
     def level(self, pods: Sequence[int], factor: float = 1.0) -> float | None:
+        sat = self.saturation(pods, factor)
+        return sat.level if sat is not None else None
+
+    def saturation(self, pods: Sequence[int], factor: float = 1.0) -> Saturation | None:
+        """The level and its parts (``Saturation.present_level``, ``next_level``); None before
+        the models are ready or with no recent request."""
         predictors = list(self.router.predictors.values())
         if not pods or not predictors or not all(p.ready() for p in predictors):
             return None
@@ -545,7 +555,7 @@ class Probe:
             return predictor.meet_probability(cols, ttft, tpot, ttft_slo_ms, tpot_slo_ms)
 
         slo = self.sim.config.slo
-        sat = saturation(
+        return saturation(
             _candidates(self.sim, pods, factor),
             reps,
             self.router.config.policy,
@@ -554,8 +564,8 @@ class Probe:
             predict,
             meet if self.spread else None,
             self.arrivals_at(self.sim.view.now),
+            self.present_weight,
         )
-        return sat.level
 
 
 def run_autoscaled(

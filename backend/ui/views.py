@@ -238,6 +238,10 @@ class SaturationPanel:
     """The pool's desired replicas as the worker last stored them (docs/capacity.md)."""
     desired_chart: ReplicaChart | None = None
     """Its recent runs (None with fewer than one stored)."""
+    present_level: float | None = None
+    """The level's two parts: the pods as they stand, and the next interval's (None when
+    nothing was replayed)."""
+    next_level: float | None = None
 
     @property
     def reason(self) -> str:
@@ -290,6 +294,8 @@ def saturation_panel(
         span_s=span,
         desired=desired,
         desired_chart=replica_chart(desired_points) if desired is not None else None,
+        present_level=sat.present_level if sat else None,
+        next_level=sat.next_level if sat else None,
     )
 
 

@@ -103,8 +103,9 @@ def test_an_unknown_pool_is_404(client: TestClient) -> None:
 
 @pytest.fixture
 def replaying(settings: Settings) -> Iterator[TestClient]:
-    """The level for the next interval: the last minute's arrivals replayed onto the pods."""
-    window = settings.capacity.model_copy(update={"arrival_window_s": 60.0})
+    """The level for the next interval alone: the last minute's arrivals replayed onto the
+    pods, no weight on the present level."""
+    window = settings.capacity.model_copy(update={"arrival_window_s": 60.0, "present_weight": 0.0})
     with TestClient(create_app(settings.model_copy(update={"capacity": window}))) as c:
         yield c
 
@@ -121,10 +122,35 @@ def _idle_burst(client: TestClient) -> dict[str, Any]:
     return saturation_of(client)
 
 
-def test_by_default_the_level_is_the_pods_as_they_stand(client: TestClient) -> None:
-    body = _idle_burst(client)
-    assert body["arrival_rate_rps"] == 0.0
-    assert all(p["requests"] == 0 for p in body["pods"])  # idle, as their gauges say
+def test_by_default_the_level_mixes_the_pods_as_they_stand_with_the_next_interval(
+    client: TestClient,
+) -> None:
+    capacity = runtime_of(client).settings.capacity
+    assert (capacity.arrival_window_s, capacity.present_weight) == (60.0, 0.6)
+    entries = traffic(400, pods=4)  # gauges that vary: the models learn what load costs
+    post(client, entries)
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    body = saturation_of(client)
+    assert body["arrival_rate_rps"] == pytest.approx(400 / 60, rel=1e-6)  # the burst, replayed
+    newest = {e["pod"]: e["num_request_running"] + e["num_request_waiting"] for e in entries}
+    assert {p["pod"]: p["requests"] for p in body["pods"]} == newest  # as their gauges say
+    now, later = body["present_saturation"], body["next_interval_saturation"]
+    assert later > now  # the burst queues on the pods
+    assert body["saturation"] == pytest.approx(0.6 * now + 0.4 * later)
+
+
+@pytest.fixture
+def present_only(settings: Settings) -> Iterator[TestClient]:
+    window = settings.capacity.model_copy(update={"arrival_window_s": 0.0})
+    with TestClient(create_app(settings.model_copy(update={"capacity": window}))) as c:
+        yield c
+
+
+def test_with_no_window_the_level_is_the_pods_as_they_stand(present_only: TestClient) -> None:
+    body = _idle_burst(present_only)
+    assert body["arrival_rate_rps"] == 0.0 and body["next_interval_saturation"] is None
+    assert body["saturation"] == body["present_saturation"]
 
 
 def test_a_tick_sees_every_pod_however_many_samples_arrived(replaying: TestClient) -> None:

@@ -265,6 +265,27 @@ def test_a_burst_finds_the_requests_ahead_of_it_and_spaced_arrivals_find_the_pod
     assert all(p.requests < 1e-3 for p in spaced.pods)
 
 
+def test_the_mix_weighs_the_present_level_against_the_next_intervals() -> None:
+    burst = _arrivals([5.0] * 20)
+    present = saturation(IDLE, ONE, POLICY, 150.0, None, linear)
+    replayed = saturation(IDLE, ONE, POLICY, 150.0, None, linear, None, burst)
+    mixed = saturation(IDLE, ONE, POLICY, 150.0, None, linear, None, burst, present_weight=0.6)
+    # Both parts are kept, whatever the weight: 0 now, 0.75 over the next interval (above).
+    assert (replayed.present_level, replayed.next_level) == (0.0, pytest.approx(0.75))
+    assert (mixed.present_level, mixed.next_level) == (0.0, pytest.approx(0.75))
+    assert mixed.level == pytest.approx(0.4 * 0.75) and mixed.meeting_slo == 1.0 - mixed.level
+    for p, r in zip(mixed.pods, replayed.pods, strict=True):
+        assert p.level == pytest.approx(0.4 * r.level)
+    # The rest is "if routed now": the present state's requests and headroom.
+    assert [p.requests for p in mixed.pods] == [0.0, 0.0]
+    assert mixed.p50 == present.p50 and mixed.arrival_rate_rps == pytest.approx(20 / 60)
+    # All the weight on the present: no replay at all.
+    assert saturation(IDLE, ONE, POLICY, 150.0, None, linear, None, burst, 1.0) == present
+    assert present.next_level is None
+    with pytest.raises(ValueError, match="present_weight"):
+        saturation(IDLE, ONE, POLICY, 150.0, None, linear, None, burst, 1.5)
+
+
 def test_a_standing_queue_drains_before_a_late_arrival() -> None:
     late = _arrivals([59.0])  # the present requests have long left by then
     prefilling = [dataclasses.replace(p, prefill_tokens_in_flight=5000) for p in MIDDLING]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -201,6 +202,11 @@ def test_the_overview_shows_the_saturation_panel_with_its_history(session: Sessi
     # The tick without a level breaks the line; 0 at the bottom, the newest at the right.
     assert panel.lines == ["0.0,48.0", "240.0,24.0"]
     assert panel.span_s == pytest.approx(2.0)
+    assert (panel.present_level, panel.next_level) == (None, None)  # nothing replayed
+    # A mixed level shows its parts: the pods as they stand, the next interval's.
+    mixed = dataclasses.replace(sat, present_level=0.1, next_level=0.475)
+    parts = saturation_panel(dataclasses.replace(report, saturation=mixed), history)
+    assert parts is not None and (parts.present_level, parts.next_level) == (0.1, 0.475)
     assert saturation_panel(None, []) is None
     idle = saturation_panel(PoolReport("default", "no_slo", now, None, 0, (), None, None, 1), [])
     assert idle is not None and idle.level is None and idle.lines == []
