@@ -6,7 +6,8 @@ saturation report, then measures sequential GETs over one keep-alive connection 
 comes from memory) and, in this process, what one tick of one pool costs: predicting 32
 representative requests on 100 pods and running the pool's chain for each, with the pods as
 they stand and for the next interval (a minute of arrivals at `--rate` per second replayed
-onto them, `backend.scheduling.saturation.project`). Prints JSON.
+onto them, `backend.scheduling.saturation.project`), and the service's default, their mix
+(both computed). Prints JSON.
 
     .venv/bin/python bench/saturation.py [--calls 2000] [--pods 100] [--rate 50]
 """
@@ -29,6 +30,7 @@ from backend.capacity.service import columns
 from backend.predictor.training import predict_columns, train_target
 from backend.scheduling.saturation import Arrivals, Representative, saturation
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
+from backend.settings import CapacitySettings
 from backend.sim.entries import training_entries
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
@@ -104,19 +106,25 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
     gaps = rng.exponential(1.0 / rate, int(rate * 60 * 1.5)) if rate > 0 else np.zeros(0)
     times_s = np.cumsum(gaps)
     arrivals = Arrivals(tuple(times_s[times_s < 60.0].tolist()), 60.0, 200.0)
-    present, next_interval = [], []
+    weight = CapacitySettings().present_weight  # the service's mix
+    present, next_interval, mixed = [], [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        saturation(candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict)
-        present.append((time.perf_counter() - start) * 1000)
-        start = time.perf_counter()
-        saturation(candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict, None, arrivals)
-        next_interval.append((time.perf_counter() - start) * 1000)
+        for out, replayed, w in (
+            (present, None, 1.0),
+            (next_interval, arrivals, 0.0),
+            (mixed, arrivals, weight),
+        ):
+            start = time.perf_counter()
+            saturation(
+                candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict, None, replayed, w
+            )
+            out.append((time.perf_counter() - start) * 1000)
     return {
         "pods": pods,
         "representatives": len(reps),
         "present": _percentiles(present),
         "next_interval": {"arrivals": len(arrivals.times_s), **_percentiles(next_interval)},
+        "mix_default": {"present_weight": weight, **_percentiles(mixed)},
     }
 
 
