@@ -19,8 +19,18 @@ class CapacityCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         pool_level = GaugeMetricFamily(
             "headroom_pool_saturation",
-            "Share of representative requests that would miss an SLO if routed now (0..1).",
+            "Share of representative requests that would miss an SLO (0..1): the mix of "
+            "headroom_pool_saturation_part{part=present} and {part=next_interval}.",
             labels=["pool"],
+        )
+        # The mix's parts, for a consumer that wants one of them: "present" (the pods as they
+        # stand: optimistic where bursts follow), "next_interval" (the recent arrivals
+        # replayed: pessimistic past saturation; absent when nothing was replayed).
+        parts = GaugeMetricFamily(
+            "headroom_pool_saturation_part",
+            "The saturation level with the pods as they stand (present) or over the next "
+            "interval (next_interval), 0..1.",
+            labels=["pool", "part"],
         )
         pod_level = GaugeMetricFamily(
             "headroom_pod_saturation",
@@ -41,6 +51,9 @@ class CapacityCollector(Collector):
             if report.status != OK or sat is None:
                 continue
             pool_level.add_metric([pool], sat.level)
+            for part, value in (("present", sat.present_level), ("next_interval", sat.next_level)):
+                if value is not None:
+                    parts.add_metric([pool, part], value)
             for pod in sat.pods:
                 pod_level.add_metric([pool, pod.name], pod.level)
             for label, h in (("p50", sat.p50), ("p90", sat.p90)):
@@ -58,4 +71,4 @@ class CapacityCollector(Collector):
         )
         for pool, row in sorted(self.monitor.all_desired().items()):
             desired.add_metric([pool, self.namespace, row.profile, pool], row.replicas)
-        yield from (pool_level, pod_level, headroom, fresh, desired)
+        yield from (pool_level, parts, pod_level, headroom, fresh, desired)

@@ -138,6 +138,12 @@ def test_by_default_the_level_mixes_the_pods_as_they_stand_with_the_next_interva
     now, later = body["present_saturation"], body["next_interval_saturation"]
     assert later > now  # the burst queues on the pods
     assert body["saturation"] == pytest.approx(0.6 * now + 0.4 * later)
+    text = client.get("/metrics").text  # both parts as gauges beside the level
+    assert f'headroom_pool_saturation_part{{part="present",pool="default"}} {float(now)}' in text
+    assert (
+        f'headroom_pool_saturation_part{{part="next_interval",pool="default"}} {float(later)}'
+        in text
+    )
 
 
 @pytest.fixture
