@@ -119,7 +119,8 @@ def high_load_bias(
     decile by default), e.g. loads = requests running + waiting on the pod at dispatch.
 
     Rows without a usable prediction or label (NaN, <= 0) are skipped. Rows are ranked by load
-    with ties broken by order (as the simulator's per-decile report does), so a load shared by
+    with ties broken by order (the newest rows at the threshold load: the gate judges the
+    present; the simulator's per-decile report breaks them at random), so a load shared by
     many rows still yields a full top group. None below ``min_rows`` scored rows. Pure; shared
     by the gate's drift rule, the simulator's reports and the per-version figures served."""
     if not 0.0 < top_share <= 1.0:

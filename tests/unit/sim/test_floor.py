@@ -3,11 +3,19 @@ call's dispatch delay, and the present-state floor of prediction error."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
 from backend.scheduling.types import TransferConfig
-from backend.sim.engine import PREDICTOR_CALL_MS, SimConfig, Simulation, predictor_call_ms
+from backend.sim.engine import (
+    PREDICTOR_CALL_MS,
+    SimConfig,
+    Simulation,
+    load_deciles,
+    predictor_call_ms,
+)
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.routers import make_policy
@@ -141,3 +149,17 @@ def test_live_error_is_measured_against_what_routing_predicted() -> None:
     rel = (r.predicted_ttft_ms[predicted] - r.ttft_ms[predicted]) / r.ttft_ms[predicted]
     assert live["mape_pct"] == pytest.approx(100 * np.abs(rel).mean(), abs=0.01)
     assert err["ttft"]["live_sampled"]["n"] <= err["sampled_requests"]
+
+
+def test_deciles_sharing_a_load_sample_it_rather_than_slice_its_time() -> None:
+    """60 requests at load 0 (the first 30 served by a cold model), 40 at load 1: the six
+    deciles at load 0 each hold early and late ones, not the first ten, the next ten, ..."""
+    load = np.array([0] * 60 + [1] * 40)
+    groups = load_deciles(load, 10)
+    assert [len(g) for g in groups] == [10] * 10
+    assert sorted(np.concatenate(groups).tolist()) == list(range(100))
+    assert all(load[a].max() <= load[b].min() for a, b in pairwise(groups))
+    early = [int((g < 30).sum()) for g in groups[:6]]
+    assert sum(early) == 30 and max(early) < 10  # by request order: [10, 10, 10, 0, 0, 0]
+    again = load_deciles(load, 10)  # seeded: the same groups every run
+    assert all((a == b).all() for a, b in zip(groups, again, strict=True))
