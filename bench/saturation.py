@@ -7,7 +7,8 @@ comes from memory) and, in this process, what one tick of one pool costs: predic
 representative requests on 100 pods and running the pool's chain for each, with the pods as
 they stand and for the next interval (a minute of arrivals at `--rate` per second replayed
 onto them, `backend.scheduling.saturation.project`), and the service's default, their mix
-(both computed). Prints JSON.
+(both computed). The server part runs twice, with the default mix and with the present level
+alone, and also times 100-row `/predict/bulk/strict` calls while the ticks run. Prints JSON.
 
     .venv/bin/python bench/saturation.py [--calls 2000] [--pods 100] [--rate 50]
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 from _common import machine
 
 from backend.capacity.service import columns
@@ -31,10 +33,12 @@ from backend.predictor.training import predict_columns, train_target
 from backend.scheduling.saturation import Arrivals, Representative, saturation
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
 from backend.settings import CapacitySettings
-from backend.sim.entries import training_entries
+from backend.sim.entries import prediction_requests, training_entries
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
 from tests.server import headroom_process
+
+PROFILE = load_profile("a100-llama3-8b")
 
 
 def _percentiles(ms: list[float]) -> dict[str, float]:
@@ -44,8 +48,8 @@ def _percentiles(ms: list[float]) -> dict[str, float]:
     }
 
 
-def _http(url: str, pods: int, calls: int) -> dict[str, Any]:
-    rows = sample_rows(5000, np.random.default_rng(0), load_profile("a100-llama3-8b"))
+def _http(url: str, pods: int, calls: int, seconds: float) -> dict[str, Any]:
+    rows = sample_rows(5000, np.random.default_rng(0), PROFILE)
     entries = training_entries(rows)
     for i, e in enumerate(entries):
         e["pod"] = f"pod-{(i // 2) % pods:03d}"
@@ -72,11 +76,34 @@ def _http(url: str, pods: int, calls: int) -> dict[str, Any]:
         response.read()
         times.append((time.perf_counter() - start) * 1000)
         assert response.status == 200
-    return {"pods": body["fresh_pods"], "saturation": body["saturation"], **_percentiles(times)}
+    get = {"pods": body["fresh_pods"], "saturation": body["saturation"], **_percentiles(times)}
+    # The hot path while the ticks run: 100-row strict predictions, back to back on one
+    # connection, for ``seconds`` (several ticks). The tick is Python in a thread of the same
+    # process: what it costs /predict is the time it holds the interpreter.
+    probe = orjson.dumps(
+        {"requests": prediction_requests(sample_rows(100, np.random.default_rng(1), PROFILE))}
+    )
+    headers = {"Content-Type": "application/json"}
+    predict = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        start = time.perf_counter()
+        conn.request("POST", "/predict/bulk/strict", body=probe, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        predict.append((time.perf_counter() - start) * 1000)
+        assert response.status == 200
+    body = httpx.get(f"{url}/v1/pools/default/saturation").json()
+    return {
+        "get_saturation_ms": get,
+        "predict_bulk_100_ms": {"calls": len(predict), **_percentiles(predict)},
+        # Non-null: the last tick replayed the arrivals (the mix was computed, not its part).
+        "next_interval_saturation_at_end": body["next_interval_saturation"],
+    }
 
 
 def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
-    rows = sample_rows(5000, np.random.default_rng(0), load_profile("a100-llama3-8b"))
+    rows = sample_rows(5000, np.random.default_rng(0), PROFILE)
     held_out = np.zeros(len(rows["actual_ttft_ms"]), dtype=bool)
     ttft = train_target("ttft", rows, rows["actual_ttft_ms"], held_out).model
     tpot = train_target("tpot", rows, rows["actual_tpot_ms"], held_out).model
@@ -134,15 +161,24 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--rate", type=float, default=50.0, help="arrivals/s replayed")
+    parser.add_argument(
+        "--predict-seconds", type=float, default=20.0, help="of /predict/bulk/strict calls"
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {"HEADROOM_LOG_LEVEL": "warning", "HEADROOM_TRAINING__INTERVAL_S": "1"}
-        with headroom_process(env, Path(tmp)) as (url, _):
-            http_ms = _http(url, args.pods, args.calls)
+    served = {}
+    # The service's default (the mix, the replay on every tick) against the present level
+    # alone, each in a server of its own, back to back.
+    for name, weight in (("mix_default", None), ("present_only", "1")):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"HEADROOM_LOG_LEVEL": "warning", "HEADROOM_TRAINING__INTERVAL_S": "1"}
+            if weight is not None:
+                env["HEADROOM_CAPACITY__PRESENT_WEIGHT"] = weight
+            with headroom_process(env, Path(tmp)) as (url, _):
+                served[name] = _http(url, args.pods, args.calls, args.predict_seconds)
     result = {
         "benchmark": "saturation",
         "machine": machine(),
-        "get_saturation_ms": http_ms,
+        "served": served,
         "tick_ms_one_pool": _tick(args.pods, args.ticks, args.rate),
     }
     print(json.dumps(result, indent=2))
