@@ -271,15 +271,19 @@ def _latency_table(
         ],
         axis=1,
     )
+    # Each pod's state per grid point once (not once per representative): the rows are most
+    # of a tick's cost on a large pool.
+    held = [
+        _holding(pod, n0[j], float(n), footprint[j]) for j, pod in enumerate(pods) for n in grid[j]
+    ]
     rows = [
         dataclasses.replace(
-            _holding(pod, n0[j], float(n), footprint[j]),
+            state,
             input_token_length=r.prompt_tokens,
             prefix_cache_score=r.prefix_cache_score,
             num_tokens_generated=1,
         )
-        for j, pod in enumerate(pods)
-        for n in grid[j]
+        for state in held
         for r in reps
     ]
     ttft_flat, tpot_flat = predict(rows)
