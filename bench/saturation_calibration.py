@@ -135,7 +135,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     ):
         mask = (arrival >= at) & (arrival < at + every)
         if mask.any():
-            pairs.append((pred, pred_now, pred_next, float(ok[mask].mean()), int(mask.sum())))
+            pairs.append((pred, pred_now, pred_next, float(ok[mask].mean()), int(mask.sum()), at))
     if not pairs:
         return {"load": load, "seed": seed, "probes": 0}
     pred_arr = np.array([p[0] for p in pairs])
@@ -155,6 +155,11 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         "per_probe_mae_present": round(float(np.mean(np.abs(now_arr - meas_arr))), 4),
         "per_probe_mae_next": round(float(np.mean(np.abs(next_arr - meas_arr))), 4),
         "run_attainment": round(slo_attainment(result, slo), 4),
+        # Per probe, in time order: (time s, present, next, measured, requests measured), for
+        # studies of other ways to combine the two levels (bench/saturation_mix.py).
+        "probes_detail": [
+            [round(p[5], 1), round(p[1], 4), round(p[2], 4), round(p[3], 4), p[4]] for p in pairs
+        ],
     }
 
 
