@@ -16,45 +16,54 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
+T = TypeVar("T")
 
-def cells(paths: list[str]) -> list[tuple[str, float, list[tuple[float, float, float]]]]:
-    """(trace, relative load, [(next, present, measured) per run])."""
+
+def read_cells(
+    paths: list[str], pick: Callable[[dict[str, Any]], T]
+) -> list[tuple[str, float, list[T]]]:
+    """(trace, relative load, [``pick(run)`` per run]) for every cell of the recorded runs."""
     out = []
     for path in paths:
         with open(path) as f:
             results: dict[str, Any] = json.load(f)["results"]
         for trace, result in results.items():
             for row in result["table"]:
-                runs = [
-                    (r.get("predicted_next", r["predicted"]), r["predicted_present"], r["measured"])
-                    for r in row["runs"]
-                ]
-                out.append((trace, float(row["relative_load"]), runs))
+                out.append((trace, float(row["relative_load"]), [pick(r) for r in row["runs"]]))
     return out
 
 
+def gap_cell(trace: str, load: float, gaps: list[float]) -> dict[str, Any]:
+    """One cell's gaps over the seeds, in points: mean, min, max."""
+    return {
+        "trace": trace,
+        "relative_load": load,
+        "gap_points": {
+            "mean": round(float(np.mean(gaps)), 2),
+            "min": round(min(gaps), 2),
+            "max": round(max(gaps), 2),
+        },
+    }
+
+
+def _levels(run: dict[str, Any]) -> tuple[float, float, float]:
+    """(next, present, measured) of one run."""
+    return run.get("predicted_next", run["predicted"]), run["predicted_present"], run["measured"]
+
+
 def main() -> None:
-    table = cells(sys.argv[1:])
+    table = read_cells(sys.argv[1:], _levels)
     weights = []
     for w in np.round(np.arange(0.0, 1.01, 0.1), 1).tolist():
-        gaps = []
-        for trace, load, runs in table:
-            g = [100 * (w * now + (1 - w) * later - measured) for later, now, measured in runs]
-            gaps.append(
-                {
-                    "trace": trace,
-                    "relative_load": load,
-                    "gap_points": {
-                        "mean": round(float(np.mean(g)), 2),
-                        "min": round(min(g), 2),
-                        "max": round(max(g), 2),
-                    },
-                }
-            )
+        gaps = [
+            gap_cell(trace, load, [100 * (w * now + (1 - w) * later - m) for later, now, m in runs])
+            for trace, load, runs in table
+        ]
         worst = max(abs(c["gap_points"]["mean"]) for c in gaps)
         weights.append({"present_weight": w, "worst_abs_mean_gap": worst, "cells": gaps})
     print(json.dumps({"inputs": sys.argv[1:], "weights": weights}, indent=2))

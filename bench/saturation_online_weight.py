@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 import numpy as np
+from saturation_mix import gap_cell, read_cells
 
 W0 = 0.6
 SCALE = 0.05
@@ -47,30 +47,13 @@ def online_gap(detail: list[list[float]], lam: float | None) -> float:
 
 
 def main() -> None:
-    cells: list[tuple[str, float, list[list[list[float]]]]] = []
-    for path in sys.argv[1:]:
-        with open(path) as f:
-            results: dict[str, Any] = json.load(f)["results"]
-        for trace, result in results.items():
-            for row in result["table"]:
-                runs = [r["probes_detail"] for r in row["runs"]]
-                cells.append((trace, float(row["relative_load"]), runs))
+    cells = read_cells(sys.argv[1:], lambda run: run["probes_detail"])
     out = []
     for lam in (None, *LAMBDAS):
-        table = []
-        for trace, load, runs in cells:
-            g = [online_gap(detail, lam) for detail in runs]
-            table.append(
-                {
-                    "trace": trace,
-                    "relative_load": load,
-                    "gap_points": {
-                        "mean": round(float(np.mean(g)), 2),
-                        "min": round(min(g), 2),
-                        "max": round(max(g), 2),
-                    },
-                }
-            )
+        table = [
+            gap_cell(trace, load, [online_gap(detail, lam) for detail in runs])
+            for trace, load, runs in cells
+        ]
         worst = max(abs(c["gap_points"]["mean"]) for c in table)
         out.append({"lambda": "fixed" if lam is None else lam, "worst": worst, "cells": table})
     print(json.dumps({"inputs": sys.argv[1:], "weights": out}, indent=2))
