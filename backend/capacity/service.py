@@ -221,8 +221,9 @@ class CapacityMonitor:
         ) -> FloatArray:
             return meet_both(self._store, pool, columns(rows), ttft, tpot, ttft_slo_ms, tpot_slo_ms)
 
-        window = self._settings.arrival_window_s
-        arrivals = signals.recent_arrivals(now, window) if window > 0 else None
+        # Nothing to replay with no window or all the weight on the present level.
+        window, weight = self._settings.arrival_window_s, self._settings.present_weight
+        arrivals = signals.recent_arrivals(now, window) if window > 0 and weight < 1 else None
         try:
             sat = saturation(
                 [p.candidate() for p in fresh],
@@ -233,7 +234,7 @@ class CapacityMonitor:
                 predict,
                 meet,
                 arrivals,
-                self._settings.present_weight,
+                weight,
             )
         except ModelsNotReady:  # the model went away between the check and the call
             return report(NO_MODEL)

@@ -102,8 +102,9 @@ class Saturation:
     p90: Headroom
     representatives: int
     arrival_rate_rps: float = 0.0  # the rate the pods were projected at (0: as they stand)
-    # The two levels the pool's is made of: the pods as they stand, and the next interval's
-    # (None when no arrival was replayed, or the weight was all on the present one).
+    # The two levels the pool's is made of: the pods as they stand (always set by
+    # ``saturation``), and the next interval's (None when nothing was replayed: no arrival in
+    # the window, or the weight all on the present one).
     present_level: float | None = None
     next_level: float | None = None
 
@@ -448,8 +449,12 @@ def saturation(
         raise ValueError("saturation needs at least one pod and one representative request")
     if not 0.0 <= present_weight <= 1.0:
         raise ValueError("present_weight is in [0, 1]")
-    replay = arrivals is not None and present_weight < 1.0
-    states = project(pods, requests, arrivals, predict) if replay and arrivals else []
+    # Nothing to replay with all the weight on the present level.
+    states = (
+        project(pods, requests, arrivals, predict)
+        if arrivals is not None and present_weight < 1.0
+        else []
+    )
     now = np.array([p.num_request_running + p.num_request_waiting for p in pods], float)
 
     def present() -> Saturation:
