@@ -1,9 +1,11 @@
 """Background work of an API process.
 
 Every process keeps its served models fresh: a listener for activation notifications (Redis
-pub/sub in production) and a periodic poll as the fallback. In the embedded mode the process
-also runs the periodic jobs of `backend/periodic.py` (trim windows, retrain, purge expired
-console sessions and stale failed sign-ins), the table that Celery beat reads in production.
+pub/sub in production) and a periodic poll as the fallback. Every process serves saturation
+from memory, computed by its helper process (``backend/capacity/helper.py``) or a thread. In
+the embedded mode the process also runs the periodic jobs of `backend/periodic.py` (trim
+windows, retrain, purge expired console sessions and stale failed sign-ins), the table that
+Celery beat reads in production.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from backend.capacity.helper import CapacityHelper
 from backend.deps import Runtime
 from backend.periodic import PERIODIC_JOBS, JobContext
 from backend.registry.locks import LocalLocks
@@ -68,11 +71,18 @@ def start_background(runtime: Runtime) -> Background:
     settings = runtime.settings
     runtime.sync()  # serve whatever is active before the first request
     poll = Periodic("model-poll", settings.serving.poll_interval_s, runtime.sync)
-    # Every process serves saturation from its own memory, so every process computes it.
-    capacity = Periodic("capacity", settings.capacity.interval_s, runtime.capacity.refresh)
+    # Every process serves saturation from its own memory, so every process computes it: in a
+    # helper process (out of the predictions' GIL), or in a thread here.
+    ticks: list[Periodic] = []
+    helpers: list[Stoppable] = []
+    if settings.capacity.helper_process:
+        runtime.capacity_helper = CapacityHelper(settings, runtime.capacity).start()
+        helpers.append(runtime.capacity_helper)
+    else:
+        ticks.append(Periodic("capacity", settings.capacity.interval_s, runtime.capacity.refresh))
     if settings.redis_url is not None:
         listener = RedisListener(settings.redis_url, runtime.sync).start()
-        return Background([poll, capacity], [listener]).start()
+        return Background([poll, *ticks], [*helpers, listener]).start()
 
     # Embedded mode: the periodic jobs that Celery beat schedules in production, run here.
     trainer = Trainer(
@@ -83,4 +93,4 @@ def start_background(runtime: Runtime) -> Background:
         Periodic(job.name, job.interval_s(settings), functools.partial(job.run, context))
         for job in PERIODIC_JOBS
     ]
-    return Background([poll, capacity, *jobs]).start()
+    return Background([poll, *ticks, *jobs], helpers).start()

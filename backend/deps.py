@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from backend.advisor.service import make_advisor
 from backend.auth.tokens import TokenCache
+from backend.capacity.helper import CapacityHelper
 from backend.capacity.service import CapacityMonitor
 from backend.pools.schemas import POOL_NAME_PATTERN
 from backend.pools.service import PoolCache
@@ -52,6 +53,8 @@ class Runtime:
     policy_cache: PolicyCache = field(init=False)
     tokens: TokenCache = field(init=False)
     capacity: CapacityMonitor = field(init=False)
+    # The process computing ``capacity``'s reports, when not a thread of this one.
+    capacity_helper: CapacityHelper | None = None
     _ledgers: dict[str, DecidedLedger] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:

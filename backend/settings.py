@@ -284,6 +284,12 @@ class CapacitySettings(BaseModel):
         "reads the new samples and predicts; at 1 s it cost the prediction path about 1.8 ms "
         "of p50 under 20,000 samples/s, docs/capacity.md).",
     )
+    helper_process: bool = Field(
+        True,
+        description="Compute saturation in a helper process of each API process, at a lower "
+        "CPU priority, so that a tick never holds the GIL that predictions need "
+        "(backend/capacity/helper.py). False: in a thread of the API process.",
+    )
     stale_after_s: float = Field(
         30.0, gt=0, description="A pod with no sample newer than this is left out."
     )

@@ -10,6 +10,11 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from sqlalchemy.engine import make_url
 
+# Apps built in a test's process compute saturation when the test calls `capacity.refresh()`,
+# not in a helper process behind its back (a spawn per app, too); test_capacity_helper runs
+# the helper. Servers started as real processes (tests/server.py) run it as users do.
+os.environ["HEADROOM_CAPACITY__HELPER_PROCESS"] = "false"
+
 DEFAULT_TEST_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/headroom_test"
 DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:6379/15"
 

@@ -1,8 +1,9 @@
 """Saturation of every pool, refreshed on a timer and served from memory.
 
-Every API process runs one ``CapacityMonitor`` (a background job): each tick reads the samples
-added since the last one, updates each pool's pod gauges and request profile, and recomputes
-the pool's saturation with the models this process serves and the pool's policy, through the
+Every API process serves one ``CapacityMonitor``, computed in its helper process
+(``backend/capacity/helper.py``, the default) or in a background thread: each tick reads the
+samples added since the last one, updates each pool's pod gauges and request profile, and
+recomputes the pool's saturation with the models served and the pool's policy, through the
 scheduling library that ``/v1/schedule`` uses: a mix (``present_weight``) of the level on the
 pods as they stand and the next interval's (the pool's arrivals of the last
 ``arrival_window_s`` replayed onto the pods). Requests and scrapes read the last result; they
@@ -113,7 +114,8 @@ class CapacityMonitor:
         self._desired: dict[str, DesiredReplicas] = {}
         # Per pool: (time, level or None) a tick, newest last, for the Overview's chart.
         self._history: dict[str, deque[tuple[datetime, float | None]]] = {}
-        self._lock = threading.Lock()  # one tick at a time; readers never take it
+        self._lock = threading.Lock()  # one computation at a time; readers never take it
+        self._publish_lock = threading.Lock()  # and one publication
 
     def report(self, pool: str) -> PoolReport | None:
         return self._reports.get(pool)
@@ -133,7 +135,15 @@ class CapacityMonitor:
         return list(self._history.get(pool, ()))
 
     def refresh(self) -> int:
-        """One tick: read new samples, recompute every pool; returns rows read."""
+        """One tick in this process: compute every pool's report and serve it; returns rows
+        read."""
+        reports, now, read = self.compute()
+        self.publish(reports, now)
+        return read
+
+    def compute(self) -> tuple[dict[str, PoolReport], datetime, int]:
+        """Read the new samples and recompute every pool: (reports by pool name, when, rows
+        read). Serves nothing: ``refresh`` here, or the API process a helper sends them to."""
         with self._lock:
             read = self._read()
             names = self._pool_names()
@@ -143,9 +153,16 @@ class CapacityMonitor:
                 for pid, signals in self._signals.items()
                 if pid in names
             }
-            self._reports = reports  # one assignment: readers see the old or the new set
-            with self._sessions() as session:
-                desired = read_all(session)
+            return reports, now, read
+
+    def publish(self, reports: Mapping[str, PoolReport], now: datetime) -> None:
+        """Serve a tick's reports with each pool's desired replicas as the worker last stored
+        them, and add the tick to the pools' history."""
+        with self._sessions() as session:
+            desired = read_all(session)
+        names = self._pool_names()
+        with self._publish_lock:
+            self._reports = dict(reports)  # one assignment: readers see the old or the new set
             self._desired = {names[pid]: row for pid, row in desired.items() if pid in names}
             for name, report in reports.items():
                 points = self._history.get(name)
@@ -155,7 +172,6 @@ class CapacityMonitor:
                 points.append((now, report.saturation.level if report.saturation else None))
             for gone in self._history.keys() - reports.keys():
                 del self._history[gone]  # a pool deleted or renamed
-            return read
 
     def _read(self) -> int:
         """The samples since the last tick: each pod's newest (its gauges now) and a sample of

@@ -1,0 +1,86 @@
+"""Saturation computed in the API process's helper process: a real spawned process, reading the
+real database, sending its reports to the API, started again when it dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from backend.app import create_app
+from backend.capacity.helper import CapacityHelper
+from backend.settings import Settings
+from tests.integration.test_capacity import post, set_slo, traffic
+from tests.integration.test_prediction import runtime_of, train_and_load
+
+
+@pytest.fixture
+def helped(settings: Settings) -> Iterator[TestClient]:
+    # The pods as they stand (no replay): a level that does not move with the time of a tick,
+    # so that the helper's and this process's computations can be compared.
+    capacity = settings.capacity.model_copy(
+        update={"helper_process": True, "interval_s": 0.5, "arrival_window_s": 0.0}
+    )
+    with TestClient(create_app(settings.model_copy(update={"capacity": capacity}))) as c:
+        yield c
+
+
+def _wait(client: TestClient, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    deadline = time.monotonic() + 120  # a spawned helper imports the models' libraries first
+    while True:
+        body: dict[str, Any] = client.get("/v1/pools/default/saturation").json()
+        if done(body):
+            return body
+        assert time.monotonic() < deadline, f"the helper sent no such report: {body}"
+        time.sleep(0.2)
+
+
+def _helper(client: TestClient) -> CapacityHelper:
+    helper = runtime_of(client).capacity_helper
+    assert helper is not None
+    return helper
+
+
+def test_the_helper_computes_what_the_api_process_would_and_the_api_serves_it(
+    helped: TestClient,
+) -> None:
+    runtime = runtime_of(helped)
+    helper = _helper(helped)
+    post(helped, traffic(400, pods=3))
+    set_slo(helped, 2000, 100)
+    train_and_load(helped)  # activates the models: the helper loads them from the registry
+    body = _wait(helped, lambda b: b["status"] == "ok" and b["fresh_pods"] == 3)
+    assert helper.pid is not None and helper.pid != os.getpid()
+    # The same samples, models and policy computed here give the same report.
+    reports, _, _ = runtime.capacity.compute()
+    here = reports["default"].saturation
+    assert here is not None
+    assert body["saturation"] == pytest.approx(here.level)
+    assert {p["pod"]: p["saturation"] for p in body["pods"]} == pytest.approx(
+        {p.name: p.level for p in here.pods}
+    )
+    # Served from the API process's memory: its history and gauges carry the helper's ticks.
+    assert runtime.capacity.history("default")[-1][1] == pytest.approx(here.level)
+    text = helped.get("/metrics").text
+    assert f'headroom_pool_saturation{{pool="default"}} {float(body["saturation"])}' in text
+
+
+def test_a_helper_that_dies_is_started_again_and_reports_resume(helped: TestClient) -> None:
+    helper = _helper(helped)
+    post(helped, traffic(200, pods=2))
+    set_slo(helped, 2000, 100)
+    first = _wait(helped, lambda b: b["fresh_pods"] == 2)  # no model yet: still a report
+    assert first["status"] == "no_model"
+    killed = helper.pid
+    assert killed is not None
+    os.kill(killed, signal.SIGKILL)
+    train_and_load(helped)
+    # The last reports stay served meanwhile; the next helper's carry the new model.
+    body = _wait(helped, lambda b: b["status"] == "ok")
+    assert helper.pid not in (None, killed)
+    assert body["computed_at"] > first["computed_at"]
