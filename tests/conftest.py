@@ -10,11 +10,6 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from sqlalchemy.engine import make_url
 
-# Apps built in a test's process compute saturation when the test calls `capacity.refresh()`,
-# not in a helper process behind its back (a spawn per app, too); test_capacity_helper runs
-# the helper. Servers started as real processes (tests/server.py) run it as users do.
-os.environ["HEADROOM_CAPACITY__HELPER_PROCESS"] = "false"
-
 DEFAULT_TEST_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/headroom_test"
 DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:6379/15"
 
@@ -51,6 +46,11 @@ def redis_url_for_tests() -> str:
 for _name in list(os.environ):
     if _name.startswith("HEADROOM_") and not _name.startswith("HEADROOM_TEST_"):
         del os.environ[_name]
+# The one setting the suite gives every Settings it builds: apps built in a test's process
+# compute saturation when the test calls `capacity.refresh()`, not in a helper process behind
+# its back (a spawn per app, too); test_capacity_helper runs the helper. Servers started as
+# real processes (tests/server.py, which passes no HEADROOM_* on) run it as users do.
+os.environ["HEADROOM_CAPACITY__HELPER_PROCESS"] = "false"
 
 
 # The directory says what a test needs: `pytest -m "not integration and not browser"` runs the

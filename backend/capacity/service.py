@@ -224,8 +224,17 @@ class CapacityMonitor:
             return report(NO_MODEL)
         reps = spread(list(signals.requests), self._settings.representatives)
 
+        last: list[tuple[Sequence[Candidate], dict[str, Any]]] = []
+
+        def cols(rows: Sequence[Candidate]) -> dict[str, Any]:
+            # The chance of meeting is asked for the rows just predicted: convert them once
+            # (the list is held, so its identity cannot be reused meanwhile).
+            if not last or last[0][0] is not rows:
+                last[:] = [(rows, columns(rows))]
+            return last[0][1]
+
         def predict(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
-            p = predict_both(self._store, pool, columns(rows))
+            p = predict_both(self._store, pool, cols(rows))
             return p.ttft_ms, p.tpot_ms
 
         def meet(
@@ -235,7 +244,7 @@ class CapacityMonitor:
             ttft_slo_ms: float | None,
             tpot_slo_ms: float | None,
         ) -> FloatArray:
-            return meet_both(self._store, pool, columns(rows), ttft, tpot, ttft_slo_ms, tpot_slo_ms)
+            return meet_both(self._store, pool, cols(rows), ttft, tpot, ttft_slo_ms, tpot_slo_ms)
 
         # Nothing to replay with no window or all the weight on the present level.
         window, weight = self._settings.arrival_window_s, self._settings.present_weight

@@ -46,11 +46,14 @@ def schedule(
     predictor: Predictor | None,
     *,
     transfer_model: TransferModel | None = None,
+    traces: bool = True,
 ) -> Decision:
     """Admit or reject the request and pick its pod (or its prefill and decode pods).
 
     P/D disaggregation engages when the candidates include prefill-role pods and pods that can
     decode; ``transfer_model`` (default: the policy's configured constants) prices KV transfers.
+    With ``traces`` False the decision carries the chosen pods' traces alone (the saturation
+    level decides for many requests and reads only those).
     A policy naming a load chain (``llm-d-default``, ``load-prefix``, ``lmetric``) runs it
     instead: no predictor call, no admitter (``backend.scheduling.load_chains``).
     """
@@ -75,6 +78,7 @@ def schedule(
             policy,
             rng,
             transfer_model or TransferModel(policy.transfer),
+            traces=traces,
         )
 
     headroom = (
@@ -87,7 +91,7 @@ def schedule(
     state = new_state("default", features, headroom, rng)
     admission = _admission(request, policy, features, state)
     if not admission.admitted:
-        return _decision(admission, None, state, candidates, policy, preds)
+        return _decision(admission, None, state, candidates, policy, preds, traces)
     if policy.scorer != "headroom" and headroom is not None:
         # One more predictor call, on the pods as they would be with the request placed; if it
         # fails the interference scorer is the latency-scorer unchanged.
@@ -104,7 +108,7 @@ def schedule(
                 policy,
             )
     chosen = build_profile(policy).run(state)
-    return _decision(admission, chosen, state, candidates, policy, preds)
+    return _decision(admission, chosen, state, candidates, policy, preds, traces)
 
 
 def _admission(
@@ -132,6 +136,7 @@ def _decision(
     candidates: Sequence[Candidate],
     policy: SchedulingPolicy,
     preds: Predictions,
+    traces: bool = True,
 ) -> Decision:
     name = None if chosen is None else candidates[chosen].name
     reason = admission.reason
@@ -147,7 +152,11 @@ def _decision(
         fallback=state.fallback,
         mode=policy.mode,
         picker=policy.picker,
-        candidates=build_traces(candidates, [(state, np.ones(len(candidates), dtype=np.bool_))]),
+        candidates=build_traces(
+            candidates,
+            [(state, np.ones(len(candidates), dtype=np.bool_))],
+            only=None if traces else {name},
+        ),
         steps=tuple(state.steps),
         predictor_error=preds.error,
     )

@@ -69,6 +69,8 @@ def schedule_pd(
     policy: SchedulingPolicy,
     rng: random.Random,
     model: TransferModel,
+    *,
+    traces: bool = True,
 ) -> Decision:
     n = len(candidates)
     p_mask, d_mask = features.is_prefill, features.decode_capable
@@ -108,7 +110,9 @@ def schedule_pd(
         admission = Admission(True, "admitted: the routing-only chain has no admitter")
         steps = []
     if not admission.admitted:
-        return _decision(admission, d_state, p_state, candidates, policy, preds, steps)
+        return _decision(
+            admission, d_state, p_state, candidates, policy, preds, steps, traces=traces
+        )
 
     d_pick = decode_profile(policy).run(d_state)
     p_pick = prefill_profile(policy).run(p_state)
@@ -151,7 +155,17 @@ def schedule_pd(
     for col, j in enumerate(d_idx.tolist()):
         transfer[j] = float(costs.transfer_ms[chosen[0], col])
     return _decision(
-        admission, d_state, p_state, candidates, policy, preds, steps, pd, transfer, note
+        admission,
+        d_state,
+        p_state,
+        candidates,
+        policy,
+        preds,
+        steps,
+        pd,
+        transfer,
+        note,
+        traces=traces,
     )
 
 
@@ -221,6 +235,8 @@ def _decision(
     pd: PDTrace | None = None,
     transfer: list[float | None] | None = None,
     note: str = "",
+    *,
+    traces: bool = True,
 ) -> Decision:
     fallback = d_state.fallback or p_state.fallback
     reason = admission.reason
@@ -248,7 +264,10 @@ def _decision(
         mode=policy.mode,
         picker=policy.picker,
         candidates=build_traces(
-            candidates, [(d_state, f.decode_capable), (p_state, f.is_prefill)], transfer
+            candidates,
+            [(d_state, f.decode_capable), (p_state, f.is_prefill)],
+            transfer,
+            only=None if traces or pd is None else {pd.prefill, pd.decode},
         ),
         steps=tuple(steps),
         pd=pd,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,12 +170,16 @@ def build_traces(
     candidates: Sequence[Candidate],
     owners: Sequence[tuple[ProfileState, BoolArray]],
     transfer_ms: Sequence[float | None] | None = None,
+    only: Collection[str | None] | None = None,
 ) -> tuple[CandidateTrace, ...]:
-    """Per-candidate traces; candidate i's values come from the first profile whose mask has i."""
+    """Per-candidate traces; candidate i's values come from the first profile whose mask has i.
+    With ``only``, the traces of the candidates so named alone (in candidate order)."""
     columns = [(state, _Columns.of(state)) for state, _ in owners]
     masks = [mask.tolist() for _, mask in owners]
     traces = []
     for i, c in enumerate(candidates):
+        if only is not None and c.name not in only:
+            continue
         state, col = columns[next(k for k, mask in enumerate(masks) if mask[i])]
         traces.append(
             CandidateTrace(

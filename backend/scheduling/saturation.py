@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -196,33 +197,36 @@ def project(
     )
     # A decode pod of a P/D pool receives its requests prefilled: straight into decode.
     into_decode = np.array([p.role == "decode" for p in pods])
+    to_prefill, to_decode = np.where(into_decode, 0.0, share), np.where(into_decode, share, 0.0)
     times, weights = _merged(arrivals, MAX_ARRIVALS)
     seen = np.empty((len(times), len(pods)))  # requests in the system each arrival finds
     seen_prefill = np.empty_like(seen)  # of which replayed ones still before their first token
     seen_present = np.empty_like(seen)  # and of the present ones, still there
     present, young, old = n0.copy(), np.zeros_like(n0), np.zeros_like(n0)
+    stages = np.stack([prefill_s, decode_s])  # both stages interpolated in one call
     last = 0.0
     for k, (t, w) in enumerate(zip(times, weights, strict=True)):
         gap = max(0.0, t - last)  # from now (the window's start) to the first arrival too
         if gap > 0.0:
             n = present + young + old
-            tp = _interpolate(grid, prefill_s, n)
-            td = _interpolate(grid, decode_s, n)
+            tp, td = _interpolate(grid, stages, n)
             present = present * np.exp(-gap / (tp + td))
             young, old = _drain(young, old, tp, td, gap)
         seen[k] = present + young + old
         seen_prefill[k] = young
         seen_present[k] = present
-        young = young + np.where(into_decode, 0.0, w * share)
-        old = old + np.where(into_decode, w * share, 0.0)
+        young = young + w * to_prefill
+        old = old + w * to_decode
         last = t
     out = []
     counts = np.repeat(np.asarray(weights, np.float64)[:, None], len(pods), axis=1)
-    for q in (np.arange(states) + 0.5) / states:
-        # Weighted: an arrival standing for several requests found the same pods for each.
-        found = np.quantile(seen, q, axis=0, weights=counts, method="inverted_cdf")
-        ahead = np.quantile(seen_prefill, q, axis=0, weights=counts, method="inverted_cdf")
-        left = np.quantile(seen_present, q, axis=0, weights=counts, method="inverted_cdf")
+    qs = (np.arange(states) + 0.5) / states
+    # Weighted: an arrival standing for several requests found the same pods for each.
+    founds, aheads, lefts = (
+        np.quantile(x, qs, axis=0, weights=counts, method="inverted_cdf")
+        for x in (seen, seen_prefill, seen_present)
+    )
+    for found, ahead, left in zip(founds, aheads, lefts, strict=True):
         out.append(
             (
                 [
@@ -277,16 +281,7 @@ def _latency_table(
     held = [
         _holding(pod, n0[j], float(n), footprint[j]) for j, pod in enumerate(pods) for n in grid[j]
     ]
-    rows = [
-        dataclasses.replace(
-            state,
-            input_token_length=r.prompt_tokens,
-            prefix_cache_score=r.prefix_cache_score,
-            num_tokens_generated=1,
-        )
-        for state in held
-        for r in reps
-    ]
+    rows = _placed(held, reps, by_pod=True)
     ttft_flat, tpot_flat = predict(rows)
     shape = (len(pods), grid.shape[1], len(reps))
     ttft = np.asarray(ttft_flat, np.float64).reshape(shape)
@@ -309,13 +304,14 @@ def _latency_table(
 
 
 def _interpolate(grid: FloatArray, latency: FloatArray, n: FloatArray) -> FloatArray:
-    """Latency at ``n`` per pod: linear between grid points, extended along the last segment."""
+    """Latency at ``n`` per pod: linear between grid points, extended along the last segment.
+    ``latency`` is pods x grid points, or several such tables stacked (one result each)."""
     cols = grid.shape[1]
     # The segment [k, k + 1] holding n (the last one past the grid's end).
     k = np.clip((grid <= n[:, None]).sum(axis=1) - 1, 0, cols - 2)
     rows = np.arange(len(n))
     x0, x1 = grid[rows, k], grid[rows, k + 1]
-    y0, y1 = latency[rows, k], latency[rows, k + 1]
+    y0, y1 = latency[..., rows, k], latency[..., rows, k + 1]
     with np.errstate(invalid="ignore", divide="ignore"):
         slope = np.where(x1 > x0, (y1 - y0) / (x1 - x0), 0.0)
     out: FloatArray = np.clip(y0 + slope * (n - x0), y0, _MAX_LATENCY_S)
@@ -408,6 +404,32 @@ def _found(
         prefill_tokens_in_flight=prefill,
         decode_tokens_in_flight=pod.decode_tokens_in_flight + round(extra * per[4]),
     )
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))
+_PROMPT, _PREFIX, _GENERATED = (
+    _FIELDS.index(name)
+    for name in ("input_token_length", "prefix_cache_score", "num_tokens_generated")
+)
+
+
+def _placed(
+    pods: Sequence[Candidate], requests: Sequence[Representative], *, by_pod: bool
+) -> list[Candidate]:
+    """Every request on every pod, at its first token: the pod's gauges with the request's
+    prompt and prefix score. Pod-major (each pod's requests together) or request-major. Built
+    from each pod's field values once: ``dataclasses.replace`` per row was a large part of a
+    100-pod tick's cost (tens of thousands of rows)."""
+    values = [[getattr(pod, name) for name in _FIELDS] for pod in pods]
+    reqs = [(r.prompt_tokens, r.prefix_cache_score) for r in requests]
+
+    def row(v: list[Any], prompt: int, prefix: float) -> Candidate:
+        v[_PROMPT], v[_PREFIX], v[_GENERATED] = prompt, prefix, 1
+        return Candidate(*v)
+
+    if by_pod:
+        return [row(v, prompt, prefix) for v in values for prompt, prefix in reqs]
+    return [row(v, prompt, prefix) for prompt, prefix in reqs for v in values]
 
 
 def _meets(
@@ -504,16 +526,7 @@ def _at(
     # Sorted by prompt length so that the median and p90 requests are found by position.
     reqs = sorted(requests, key=lambda r: (r.prompt_tokens, r.prefix_cache_score))
     n_req, n_pod = len(reqs), len(pods)
-    rows = [
-        dataclasses.replace(
-            pod,
-            input_token_length=r.prompt_tokens,
-            prefix_cache_score=r.prefix_cache_score,
-            num_tokens_generated=1,
-        )
-        for r in reqs
-        for pod in pods
-    ]
+    rows = _placed(pods, reqs, by_pod=False)
     ttft_flat, tpot_flat = predict(rows)
     ttft = np.asarray(ttft_flat, dtype=np.float64).reshape(n_req, n_pod)
     tpot = np.asarray(tpot_flat, dtype=np.float64).reshape(n_req, n_pod)
@@ -546,7 +559,7 @@ def _at(
             tpot_slo_ms=tpot_slo_ms,
             seed=i,  # reproducible: the same state gives the same level
         )
-        decision = schedule(request, candidates, routed, _fixed(row_ttft, row_tpot))
+        decision = schedule(request, candidates, routed, _fixed(row_ttft, row_tpot), traces=False)
         chosen = _trace(decision.candidates, decision.chosen)
         if chosen is not None and decision.admitted:
             j = next(k for k, pod in enumerate(pods) if pod.name == chosen.name)

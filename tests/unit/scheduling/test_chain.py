@@ -283,3 +283,15 @@ def test_the_tier_can_compare_the_tpot_p90_with_the_slo() -> None:
     }
     with pytest.raises(ValueError):
         SchedulingPolicy(tpot_tier_quantile="p99")  # type: ignore[arg-type]
+
+
+def test_without_traces_the_decision_is_the_same_and_carries_the_chosen_pods_trace_alone() -> None:
+    for policy in (SchedulingPolicy(), SchedulingPolicy(mode="routing"), DETERMINISTIC):
+        full = schedule(SLO, PODS, policy, PRED)
+        short = schedule(SLO, PODS, policy, PRED, traces=False)
+        assert short.chosen == full.chosen and short.reason == full.reason
+        assert short.candidates == tuple(c for c in full.candidates if c.name == full.chosen)
+        assert len(short.candidates) == 1 and len(full.candidates) == len(PODS)
+    shed = SchedulingRequest(1000, ttft_slo_ms=1, tpot_slo_ms=1, priority=-1, seed=7)
+    rejected = schedule(shed, PODS, SchedulingPolicy(), PRED, traces=False)
+    assert (rejected.admitted, rejected.chosen, rejected.candidates) == (False, None, ())

@@ -170,3 +170,12 @@ def test_learned_transfer_model_changes_the_joint_choice() -> None:
     )
     assert (d.prefill, d.decode) == ("p-east", "d-west")
     assert d.pd is not None and d.pd.saved_ms == pytest.approx(0.0)
+
+
+def test_without_traces_a_pd_decision_carries_its_pair_alone() -> None:
+    request = SchedulingRequest(PROMPT, seed=0)
+    full = schedule(request, PODS, SchedulingPolicy(), PREDICT)
+    short = schedule(request, PODS, SchedulingPolicy(), PREDICT, traces=False)
+    assert (short.prefill, short.decode, short.pd) == (full.prefill, full.decode, full.pd)
+    pair = {"p-east", "d-west"}
+    assert short.candidates == tuple(c for c in full.candidates if c.name in pair)
