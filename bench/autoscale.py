@@ -5,7 +5,7 @@
         [--shapes ramp,step] [--base 0.2] [--peak 0.6] [--up-s 1200 | --short] [--step-s 600]
         [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
         [--startup-s 90] [--desired-target 0.95] [--desired-lookback-s 120]
-        [--desired-plateau 0.01]
+        [--desired-plateau 0.01] [--saturation present|mix] [--mix-weight 0.6]
 
 Two traffic shapes (``backend/sim/autoscale.py``), each after ``--warmup-s`` at ``--base`` x the
 trace's rate in which the scalers settle from ``--initial`` pods (not counted): the issue's ramp
@@ -20,7 +20,9 @@ desired-replicas computation on the samples the simulated EPP posted (``--desire
 target, lookback and plateau). Reported per scaler and shape: SLO attainment (TTFT <= 2 s and
 TPOT <= 100 ms), GPU-hours (pods starting, ready or draining, up to the last arrival), and for
 the step the time from the burst until a minute of arrivals meets the SLOs at the level of the
-two minutes before it (less 5 points); mean and min-max over the seeds.
+two minutes before it (less 5 points); mean and min-max over the seeds. ``headroom-saturation``
+reads the pods' level as they stand, or with ``--saturation mix`` the service's default level
+(``--mix-weight`` of it and the next interval's, the last minute's arrivals replayed).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backend.scheduling.types import TransferConfig
+from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
     DesiredReplicas,
     Fixed,
@@ -109,7 +112,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 started = time.process_time()
                 scaler = _scaler(name, args)
                 result = run_autoscaled(
-                    trace, pods, router, scaler, fleet, SLO, seed, measure_from_s=warm
+                    trace,
+                    pods,
+                    router,
+                    scaler,
+                    fleet,
+                    SLO,
+                    seed,
+                    measure_from_s=warm,
+                    present_weight=None if args.saturation == "present" else args.mix_weight,
                 )
                 recover = result.recovery_s(burst_at) if shape == "step" else None
                 runs.append(
@@ -163,6 +174,19 @@ def main() -> None:
     parser.add_argument("--desired-target", type=float, default=0.95)
     parser.add_argument("--desired-lookback-s", type=float, default=120.0)
     parser.add_argument("--desired-plateau", type=float, default=0.01)
+    parser.add_argument(
+        "--saturation",
+        choices=("present", "mix"),
+        default="present",
+        help="the level headroom-saturation reads: the pods as they stand (the tables' runs) "
+        "or the service's mix with the next interval",
+    )
+    parser.add_argument(
+        "--mix-weight",
+        type=float,
+        default=CapacitySettings().present_weight,
+        help="the mix's weight on the present level (the service's default)",
+    )
     args = parser.parse_args()
     if args.short:
         args.up_s = 300.0

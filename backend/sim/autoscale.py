@@ -579,11 +579,14 @@ def run_autoscaled(
     period_s: float = 15.0,
     stabilise_down_s: float = 300.0,
     measure_from_s: float = 0.0,
+    present_weight: float | None = None,
 ) -> AutoscaleResult:
     """Run ``trace`` through ``len(pods)`` pod slots, of which the fleet's ready ones take
     traffic, with ``scaler`` deciding at every control period. The trace is used as given
     (spread its ties beforehand). Attainment and GPU-hours count from ``measure_from_s`` (after
-    a warm-up in which the scaler settles) to the last arrival."""
+    a warm-up in which the scaler settles) to the last arrival. The saturation level a scaler
+    reads is the pods' as they stand, or with ``present_weight`` the service's mix of that and
+    the next interval's (the last minute's arrivals replayed)."""
     if len(pods) != fleet.slots:
         raise ValueError("one pod spec per fleet slot")
     # The recorder hands the router every decision and keeps the samples an EPP would post.
@@ -591,8 +594,11 @@ def run_autoscaled(
     sim = Simulation(trace, pods, recorder, SimConfig(slo=slo, seed=seed, spread_ties=False))
     routable = sim.view.decode_pods  # the router routes over this list: keep it the ready pods
     routable[:] = fleet.pods("ready")
-    # The present-state level: the scaler's figures in docs/capacity.md were measured with it.
-    probe = Probe(sim, router, next_interval=False)
+    probe = (
+        Probe(sim, router, next_interval=False)
+        if present_weight is None
+        else Probe(sim, router, present_weight=present_weight)
+    )
     servers = sim.servers
 
     def busy(p: int) -> bool:
