@@ -7,10 +7,12 @@ comes from memory) and, in this process, what one tick of one pool costs: predic
 representative requests on 100 pods and running the pool's chain for each, with the pods as
 they stand and for the next interval (a minute of arrivals at `--rate` per second replayed
 onto them, `backend.scheduling.saturation.project`), and the service's default, their mix
-(both computed). The server part runs twice, with the default mix and with the present level
-alone, and also times 100-row `/predict/bulk/strict` calls while the ticks run. Prints JSON.
+(both computed). The server part runs three times: the default (the mix, computed in the API
+process's helper process), the mix in a thread of the API process, and the present level
+alone in that thread; each also times 100-row `/predict/bulk/strict` calls while the ticks
+run. Prints JSON.
 
-    .venv/bin/python bench/saturation.py [--calls 2000] [--pods 100] [--rate 50]
+    .venv/bin/python bench/saturation.py [--calls 2000] [--pods 100] [--rate 50] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ def _http(url: str, pods: int, calls: int, seconds: float) -> dict[str, Any]:
         assert response.status == 200
     get = {"pods": body["fresh_pods"], "saturation": body["saturation"], **_percentiles(times)}
     # The hot path while the ticks run: 100-row strict predictions, back to back on one
-    # connection, for ``seconds`` (several ticks). The tick is Python in a thread of the same
-    # process: what it costs /predict is the time it holds the interpreter.
+    # connection, for ``seconds`` (several ticks). A tick in a thread of the API process costs
+    # /predict the time it holds the interpreter; in the helper, the cores it shares.
     probe = orjson.dumps(
         {"requests": prediction_requests(sample_rows(100, np.random.default_rng(1), PROFILE))}
     )
@@ -93,12 +95,14 @@ def _http(url: str, pods: int, calls: int, seconds: float) -> dict[str, Any]:
         response.read()
         predict.append((time.perf_counter() - start) * 1000)
         assert response.status == 200
-    body = httpx.get(f"{url}/v1/pools/default/saturation").json()
+    end = httpx.get(f"{url}/v1/pools/default/saturation").json()
     return {
         "get_saturation_ms": get,
         "predict_bulk_100_ms": {"calls": len(predict), **_percentiles(predict)},
-        # Non-null: the last tick replayed the arrivals (the mix was computed, not its part).
-        "next_interval_saturation_at_end": body["next_interval_saturation"],
+        # "ok" and non-null: the last tick computed, and replayed the arrivals (the mix).
+        "status_at_end": end["status"],
+        "next_interval_saturation_at_start": body["next_interval_saturation"],
+        "next_interval_saturation_at_end": end["next_interval_saturation"],
     }
 
 
@@ -134,7 +138,9 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
     times_s = np.cumsum(gaps)
     arrivals = Arrivals(tuple(times_s[times_s < 60.0].tolist()), 60.0, 200.0)
     weight = CapacitySettings().present_weight  # the service's mix
-    present, next_interval, mixed = [], [], []
+    present: list[float] = []
+    next_interval: list[float] = []
+    mixed: list[float] = []
     for _ in range(repeats):
         for out, replayed, w in (
             (present, None, 1.0),
@@ -161,20 +167,42 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--rate", type=float, default=50.0, help="arrivals/s replayed")
+    parser.add_argument("--rounds", type=int, default=2, help="of the three servers, interleaved")
     parser.add_argument(
         "--predict-seconds", type=float, default=20.0, help="of /predict/bulk/strict calls"
     )
     args = parser.parse_args()
-    served = {}
-    # The service's default (the mix, the replay on every tick) against the present level
-    # alone, each in a server of its own, back to back.
-    for name, weight in (("mix_default", None), ("present_only", "1")):
-        with tempfile.TemporaryDirectory() as tmp:
-            env = {"HEADROOM_LOG_LEVEL": "warning", "HEADROOM_TRAINING__INTERVAL_S": "1"}
-            if weight is not None:
-                env["HEADROOM_CAPACITY__PRESENT_WEIGHT"] = weight
-            with headroom_process(env, Path(tmp)) as (url, _):
-                served[name] = _http(url, args.pods, args.calls, args.predict_seconds)
+    # The service's default (the mix, the replay on every tick, computed in the helper
+    # process) against the same mix computed in a thread of the API process and the present
+    # level alone in that thread (the two earlier defaults), each in a server of its own.
+    servers: tuple[tuple[str, dict[str, str]], ...] = (
+        ("mix_default", {}),
+        ("mix_in_thread", {"HEADROOM_CAPACITY__HELPER_PROCESS": "false"}),
+        (
+            "present_only_in_thread",
+            {
+                "HEADROOM_CAPACITY__HELPER_PROCESS": "false",
+                "HEADROOM_CAPACITY__PRESENT_WEIGHT": "1",
+            },
+        ),
+    )
+    # Rounds interleave the servers, so that the machine's drift over the run (a shared box)
+    # falls on each of them alike. The samples' pods stay fresh and their arrivals in the
+    # replay window for the whole measurement: with the defaults (30 s, a minute) the pods go
+    # stale and the ticks stop computing halfway through it.
+    served: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in servers}
+    for _ in range(args.rounds):
+        for name, extra in servers:
+            with tempfile.TemporaryDirectory() as tmp:
+                env = {
+                    "HEADROOM_LOG_LEVEL": "warning",
+                    "HEADROOM_TRAINING__INTERVAL_S": "1",
+                    "HEADROOM_CAPACITY__ARRIVAL_WINDOW_S": "600",
+                    "HEADROOM_CAPACITY__STALE_AFTER_S": "600",
+                    **extra,
+                }
+                with headroom_process(env, Path(tmp)) as (url, _):
+                    served[name].append(_http(url, args.pods, args.calls, args.predict_seconds))
     result = {
         "benchmark": "saturation",
         "machine": machine(),
