@@ -106,6 +106,9 @@ class CapacityHelper:
     def _serve(self) -> None:
         while not self._stop.is_set():
             conn = self._spawn()
+            if self._stop.is_set():  # stop() came while this one started: it may have missed it
+                with contextlib.suppress(OSError):
+                    conn.send("stop")
             try:
                 while True:
                     reports, now = conn.recv()
