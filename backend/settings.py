@@ -290,6 +290,12 @@ class CapacitySettings(BaseModel):
         "CPU priority, so that a tick never holds the GIL that predictions need "
         "(backend/capacity/helper.py). False: in a thread of the API process.",
     )
+    shared: bool = Field(
+        True,
+        description="In production mode (Redis), the API replicas' helper processes elect one "
+        "that computes and stores each tick's reports in Redis; the others serve those "
+        "(backend/capacity/shared.py). False: every helper computes.",
+    )
     stale_after_s: float = Field(
         30.0, gt=0, description="A pod with no sample newer than this is left out."
     )

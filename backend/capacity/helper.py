@@ -10,7 +10,9 @@ sends each tick's reports over a pipe; the API process's monitor serves them (``
 reading the desired replicas itself. Requests and scrapes still read memory.
 
 A helper that dies is started again; until its first tick the API serves the last reports it
-received. ``capacity.helper_process = false`` computes in a thread of the API process instead.
+received. With several API replicas (Redis) one helper computes for all of them
+(``backend/capacity/shared.py``). ``capacity.helper_process = false`` computes in a thread of
+the API process instead.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from backend import logs
-from backend.capacity.service import CapacityMonitor, PoolReport
+from backend.capacity.service import CapacityMonitor
+from backend.capacity.shared import Election, Tick
 from backend.db import dispose, make_engine, make_sessionmaker
 from backend.predictor.serving import ModelStore
 from backend.registry.sync import StoreSync
@@ -40,12 +43,11 @@ NICENESS = 10
 predictions win it (a tick is late by milliseconds; a prediction must answer in about one)."""
 _RESTART_S = 5.0  # after a helper died, before the next one starts (no busy restart loop)
 
-Tick = tuple[dict[str, PoolReport], datetime]
-
 
 def run(settings: Settings, conn: Connection) -> None:
     """The helper process: tick every ``capacity.interval_s`` (the first at once) until the
-    API process says stop or goes away."""
+    API process says stop or goes away. With Redis and ``capacity.shared``, only the replicas'
+    elected helper computes; the others hand on its reports (``backend/capacity/shared.py``)."""
     logs.configure(settings.log_level)
     os.nice(NICENESS)
     engine = make_engine(settings.database_url)
@@ -54,24 +56,50 @@ def run(settings: Settings, conn: Connection) -> None:
     sync = StoreSync(sessions, store)
     # Edits made through the API reach this process within the cache's time to live.
     policies = PolicyCache(sessions)
-    monitor = CapacityMonitor(sessions, store, policies.get, settings.capacity)
+
+    def monitor() -> CapacityMonitor:
+        return CapacityMonitor(sessions, store, policies.get, settings.capacity)
+
     interval = settings.capacity.interval_s
+    election = (
+        Election(settings.redis_url, interval)
+        if settings.redis_url is not None and settings.capacity.shared
+        else None
+    )
+    computing: CapacityMonitor | None = None
+    sent: datetime | None = None
     try:
         while True:
             started = time.monotonic()
+            tick: Tick | None = None
             try:
-                sync()  # the models activated since the last tick
-                reports, now, _ = monitor.compute()
+                if election is None or election.lead():
+                    # A helper that just took the lead reads from the newest samples, not from
+                    # where it stopped when it last led.
+                    if computing is None:
+                        computing = monitor()
+                    sync()  # the models activated since the last tick
+                    reports, now, _ = computing.compute()
+                    if election is not None:
+                        election.publish(reports, now)
+                    tick = (reports, now)
+                else:
+                    computing = None
+                    tick = election.read()
             except Exception:  # a failed tick must not end the helper; the next one retries
                 log.exception("saturation tick failed")
-            else:
+            if tick is not None and tick[1] != sent:  # a leader's tick is handed on once
                 try:
-                    conn.send((reports, now))
+                    conn.send(tick)
                 except (BrokenPipeError, EOFError, OSError):
                     return  # the API process went away
+                sent = tick[1]
             if conn.poll(max(0.0, interval - (time.monotonic() - started))):
                 return  # asked to stop, or the API process went away (end of file)
     finally:
+        if election is not None:
+            with contextlib.suppress(Exception):  # Redis gone: the lock expires by itself
+                election.close()
         dispose(engine)
 
 
