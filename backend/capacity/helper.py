@@ -30,6 +30,7 @@ from multiprocessing.process import BaseProcess
 from backend import logs
 from backend.capacity.service import CapacityMonitor
 from backend.capacity.shared import Election, Tick
+from backend.children import exit_with_parent
 from backend.db import dispose, make_engine, make_sessionmaker
 from backend.predictor.serving import ModelStore
 from backend.registry.sync import StoreSync
@@ -48,8 +49,8 @@ def run(settings: Settings, conn: Connection) -> None:
     """The helper process: tick every ``capacity.interval_s`` (the first at once) until the
     API process says stop or goes away. With Redis and ``capacity.shared``, only the replicas'
     elected helper computes; the others hand on its reports (``backend/capacity/shared.py``)."""
+    exit_with_parent()  # a tick or the imports do not wait for the pipe's end of file
     logs.configure(settings.log_level)
-    os.nice(NICENESS)
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
     store = ModelStore()
@@ -127,6 +128,9 @@ class CapacityHelper:
             target=run, args=(self._settings, theirs), name="headroom-capacity", daemon=True
         )
         process.start()
+        # Lowered from here, at once: before the child has even imported what it runs.
+        assert process.pid is not None  # set by start(); 0 would lower this process
+        os.setpriority(os.PRIO_PROCESS, process.pid, NICENESS)
         theirs.close()  # the child holds its end; ours sees end of file when the child exits
         self._process, self._conn = process, ours
         return ours

@@ -19,8 +19,6 @@ import logging
 import multiprocessing
 import os
 import random
-import threading
-import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.children import exit_with_parent
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.errors import StorageUnavailable, body_errors
 from backend.pools.service import PoolCache, PoolNotFound
@@ -40,6 +39,8 @@ from backend.samples.schemas import SamplesBulk, UpstreamTrainingBulk
 from backend.settings import Settings
 
 log = logging.getLogger("headroom.ingest")
+
+NICENESS = 5  # below the API's CPU priority (the saturation helper's is lower still)
 
 BodyKind = Literal["samples", "upstream"]
 BODIES: dict[BodyKind, type[SamplesBulk | UpstreamTrainingBulk]] = {
@@ -88,10 +89,10 @@ _helper: _Helper | None = None
 
 def _start_helper(settings: Settings) -> None:
     global _helper
-    _exit_with_parent()
+    exit_with_parent()
     # Predictions are the latency-critical work on a shared machine; ingestion only has to
     # keep up. A lower priority lets the API process run first when both want a core.
-    os.nice(5)
+    os.nice(NICENESS)
     engine = make_engine(settings.database_url)
     _helper = _Helper(
         sessions=make_sessionmaker(engine),
@@ -100,18 +101,6 @@ def _start_helper(settings: Settings) -> None:
         test_fraction=settings.window.test_fraction,
         rng=random.Random(),
     )
-
-
-def _exit_with_parent() -> None:
-    """A helper outlives a SIGKILLed API process otherwise, holding a database connection."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _ready() -> bool:

@@ -10,13 +10,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backend.capacity import helper as capacity_helper
+from backend.samples import offload
 from tests.conftest import redis_url_for_tests
 from tests.factories import entry
 from tests.server import headroom_process
 
 
-def _helpers(server_pid: int) -> list[int]:
-    """Pids of the server's ingestion helpers (spawned children running multiprocessing)."""
+def _helpers(server_pid: int, niceness: int | None = offload.NICENESS) -> list[int]:
+    """Pids of the server's helper processes (spawned children running multiprocessing): the
+    ingestion ones by default, told apart by their CPU priority; ``niceness=None`` every one,
+    the saturation helper's too (its own priority, ``backend.capacity.helper.NICENESS``)."""
     out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -28,9 +32,18 @@ def _helpers(server_pid: int) -> list[int]:
             continue
         ppid_line = next(line for line in status.splitlines() if line.startswith("PPid:"))
         ppid = int(ppid_line.split()[1])
-        if ppid == server_pid and b"multiprocessing" in cmdline and b"spawn_main" in cmdline:
+        spawned = b"multiprocessing" in cmdline and b"spawn_main" in cmdline
+        if ppid == server_pid and spawned and niceness in (None, _nice(int(pid))):
             out.append(int(pid))
     return out
+
+
+def _nice(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[16])  # the 19th field; the name may hold spaces
 
 
 def _alive(pid: int) -> bool:
@@ -82,11 +95,13 @@ def test_helpers_end_with_the_api_process_even_when_it_is_killed(
 ) -> None:
     with headroom_process(env, tmp_path) as (url, proc):
         assert _post(url, 10).status_code == 202
-        helpers = _helpers(proc.pid)
-        assert helpers
+        # The ingestion helper and the saturation helper, both spawned at start-up.
+        helpers = _helpers(proc.pid, niceness=None)
+        assert len(helpers) == 2 and len(_helpers(proc.pid)) == 1
+        assert len(_helpers(proc.pid, niceness=capacity_helper.NICENESS)) == 1
         proc.send_signal(signal.SIGKILL)  # no shutdown code runs in the API process
         proc.wait()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # each helper's watch looks every second
         while any(_alive(p) for p in helpers) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(_alive(p) for p in helpers)
