@@ -176,7 +176,7 @@ def main() -> None:
     # process) against the same mix computed in a thread of the API process and the present
     # level alone in that thread (the two earlier defaults), each in a server of its own.
     servers: tuple[tuple[str, dict[str, str]], ...] = (
-        ("mix_default", {}),
+        ("mix_default", {"HEADROOM_CAPACITY__HELPER_PROCESS": "true"}),  # explicit, as the rest
         ("mix_in_thread", {"HEADROOM_CAPACITY__HELPER_PROCESS": "false"}),
         (
             "present_only_in_thread",

@@ -49,7 +49,7 @@ for _name in list(os.environ):
 # The one setting the suite gives every Settings it builds: apps built in a test's process
 # compute saturation when the test calls `capacity.refresh()`, not in a helper process behind
 # its back (a spawn per app, too); test_capacity_helper runs the helper. Servers started as
-# real processes (tests/server.py, which passes no HEADROOM_* on) run it as users do.
+# real processes get it too (tests/server.py) unless a test asks for the helper.
 os.environ["HEADROOM_CAPACITY__HELPER_PROCESS"] = "false"
 
 

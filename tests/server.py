@@ -19,8 +19,15 @@ import httpx
 TEST_SESSION_SECRET = "test-only-session-secret-0123456789abcdef"
 
 
+# Settings the suite gives every server it starts (tests/conftest.py sets them; a benchmark,
+# which sets none, runs the product's defaults): saturation in a thread of the server unless a
+# test asks for the helper process, whose imports cost seconds of CPU per server, two dozen
+# servers a run on 2 cores (test_capacity_helper and test_ingest_helpers run the helper).
+_PASSED_ON = ("HEADROOM_CAPACITY__HELPER_PROCESS",)
+
+
 def _env(env: dict[str, str]) -> dict[str, str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HEADROOM_") or k in _PASSED_ON}
     full["HEADROOM_UI__SESSION_SECRET"] = TEST_SESSION_SECRET
     full.update(env)
     return full

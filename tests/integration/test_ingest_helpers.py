@@ -69,6 +69,7 @@ def env(database_url: str) -> dict[str, str]:
         "HEADROOM_DATABASE_URL": database_url,
         "HEADROOM_REDIS_URL": redis_url_for_tests(),
         "HEADROOM_INGEST__PROCESSES": "1",
+        "HEADROOM_CAPACITY__HELPER_PROCESS": "true",  # as users run it: both kinds of helper
     }
 
 
