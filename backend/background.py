@@ -71,8 +71,9 @@ def start_background(runtime: Runtime) -> Background:
     settings = runtime.settings
     runtime.sync()  # serve whatever is active before the first request
     poll = Periodic("model-poll", settings.serving.poll_interval_s, runtime.sync)
-    # Every process serves saturation from its own memory, so every process computes it: in a
-    # helper process (out of the predictions' GIL), or in a thread here.
+    # Every process serves saturation from its own memory: computed by its helper process (out
+    # of the predictions' GIL; with Redis, one elected helper computes for every replica), or
+    # by a thread here.
     ticks: list[Periodic] = []
     helpers: list[Stoppable] = []
     if settings.capacity.helper_process:

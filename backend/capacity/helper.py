@@ -1,13 +1,14 @@
 """Saturation computed in a helper process of the API process.
 
-Why: a tick is Python and numpy over every pod and representative request (about 0.9 s of one
+Why: a tick is Python and numpy over every pod and representative request (about 0.8 s of one
 core for a 100-pod pool with the next interval replayed, ``bench/saturation.py``). In a thread
 of the API process it holds the GIL for most of that, and every prediction answered meanwhile
-waits for it: `/predict/bulk/strict`'s p99 went from 7.1 to 17.6 ms while the ticks ran
-(docs/capacity.md, "Cost"). The helper runs the same ``CapacityMonitor`` on its own database
-connection and its own copy of the served models, at a lower CPU priority than the API, and
-sends each tick's reports over a pipe; the API process's monitor serves them (``publish``),
-reading the desired replicas itself. Requests and scrapes still read memory.
+waits for it: `/predict/bulk/strict`'s p99 was 31.3 ms with the tick in a thread against 15.1
+ms with it here (``bench/saturation.py --rounds 3``; docs/capacity.md, "Cost"). The helper
+runs the same ``CapacityMonitor`` on its own database connection and its own copy of the
+served models, at a lower CPU priority than the API, and sends each tick's reports over a
+pipe; the API process's monitor serves them (``publish``), reading the desired replicas
+itself. Requests and scrapes still read memory.
 
 A helper that dies is started again; until its first tick the API serves the last reports it
 received. With several API replicas (Redis) one helper computes for all of them
