@@ -131,6 +131,7 @@ def test_bisection_finds_the_smallest_count_meeting_the_target() -> None:
     # A wider plateau settles for fewer pods (0.6 - 0.15: 5 pods); the bounds hold.
     assert smallest_meeting(lambda n: min(0.6, n / 10), 0.9, 1, 64, plateau=0.15).replicas == 5
     assert smallest_meeting(lambda n: 1.0, 0.9, 3, 8).replicas == 3
+
     # A reachable target inside the plateau: the plateau's start, not the count that clears
     # the target by noise (the flat 0.691 from 7 pods, 0.701 at 12, a 0.70 target).
     def flat(n: int) -> float:
