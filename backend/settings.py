@@ -344,6 +344,12 @@ class CapacitySettings(BaseModel):
     desired_max_samples: int = Field(
         20_000, ge=10, description="Most samples (newest first) a desired-replicas run reads."
     )
+    desired_rate_window_s: float = Field(
+        0.0,
+        ge=0,
+        description="Desired replicas replays the lookback's requests at the arrival rate of "
+        "its last this many seconds, the pool's current rate (0: at the lookback's mean rate).",
+    )
     desired_recalibrate_s: float = Field(
         600.0,
         ge=0,

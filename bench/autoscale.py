@@ -5,7 +5,8 @@
         [--shapes ramp,step] [--base 0.2] [--peak 0.6] [--up-s 1200 | --short] [--step-s 600]
         [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
         [--startup-s 90] [--desired-target 0.95] [--desired-lookback-s 120]
-        [--desired-plateau 0.01] [--saturation present|mix] [--mix-weight 0.6]
+        [--desired-plateau 0.01] [--desired-rate-window-s 0] [--saturation present|mix]
+        [--mix-weight 0.6]
 
 Two traffic shapes (``backend/sim/autoscale.py``), each after ``--warmup-s`` at ``--base`` x the
 trace's rate in which the scalers settle from ``--initial`` pods (not counted): the issue's ramp
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
+    AutoscaleResult,
     DesiredReplicas,
     Fixed,
     Fleet,
@@ -80,49 +82,57 @@ def _scaler(name: str, args: argparse.Namespace) -> Scaler:
             plateau=args.desired_plateau,
             min_pods=args.min_pods,
             max_pods=args.max_pods,
+            rate_window_s=args.desired_rate_window_s or None,
         )
     raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)} or fixed-N")
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def burst_at(args: argparse.Namespace) -> float:
+    """When the step's burst starts."""
+    return float(args.warmup_s + args.step_s / 3)
+
+
+def one_run(args: argparse.Namespace, shape: str, scaler: Scaler, seed: int) -> AutoscaleResult:
+    """One scaler on one seed of one traffic shape (``ramp`` or ``step``)."""
     slots = 2 * args.max_pods  # draining pods keep their slot while new ones start
     pods = build_pool(slots, args.gpu)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
     warm = args.warmup_s
-    horizons = {"ramp": warm + 2 * args.up_s, "step": warm + args.step_s}
-    burst_at = warm + args.step_s / 3
-    every = {
-        "ramp": ramp(args.base, args.peak, args.up_s, warm),
-        "step": step(args.base, args.burst, burst_at, args.step_s / 3),
-    }
-    shapes = {name: every[name] for name in args.shapes.split(",")}
+    horizon = warm + (2 * args.up_s if shape == "ramp" else args.step_s)
+    rate = (
+        ramp(args.base, args.peak, args.up_s, warm)
+        if shape == "ramp"
+        else step(args.base, args.burst, burst_at(args), args.step_s / 3)
+    )
+    tenants = TenantModel(seed=seed) if args.trace.startswith("azure") else None
+    trace = warp(load_trace(args.trace, tenants).spread_ties(seed), rate, horizon)
+    router = make_policy(OURS, fabric, seed)
+    assert isinstance(router, PredictedLatency)
+    fleet = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.initial)
+    return run_autoscaled(
+        trace,
+        pods,
+        router,
+        scaler,
+        fleet,
+        SLO,
+        seed,
+        measure_from_s=warm,
+        present_weight=None if args.saturation == "present" else args.mix_weight,
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     seeds = [int(s) for s in args.seeds.split(",")]
     out: dict[str, Any] = {}
-    for shape, rate in shapes.items():
-        horizon = horizons[shape]
+    for shape in args.shapes.split(","):
         per_scaler: dict[str, Any] = {}
         for name in args.scalers.split(","):
             runs: list[dict[str, Any]] = []
             for seed in seeds:
-                tenants = TenantModel(seed=seed) if args.trace.startswith("azure") else None
-                trace = warp(load_trace(args.trace, tenants).spread_ties(seed), rate, horizon)
-                router = make_policy(OURS, fabric, seed)
-                assert isinstance(router, PredictedLatency)
-                fleet = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.initial)
                 started = time.process_time()
-                scaler = _scaler(name, args)
-                result = run_autoscaled(
-                    trace,
-                    pods,
-                    router,
-                    scaler,
-                    fleet,
-                    SLO,
-                    seed,
-                    measure_from_s=warm,
-                    present_weight=None if args.saturation == "present" else args.mix_weight,
-                )
-                recover = result.recovery_s(burst_at) if shape == "step" else None
+                result = one_run(args, shape, _scaler(name, args), seed)
+                recover = result.recovery_s(burst_at(args)) if shape == "step" else None
                 runs.append(
                     {
                         "seed": seed,
@@ -149,7 +159,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """This benchmark's options (``argv``: None reads the command line)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", default="mooncake-conversation")
     parser.add_argument("--gpu", default="a100-llama3-8b")
@@ -175,6 +186,12 @@ def main() -> None:
     parser.add_argument("--desired-lookback-s", type=float, default=120.0)
     parser.add_argument("--desired-plateau", type=float, default=0.01)
     parser.add_argument(
+        "--desired-rate-window-s",
+        type=float,
+        default=0.0,
+        help="replay the lookback at the rate of its last this many seconds (0: its mean rate)",
+    )
+    parser.add_argument(
         "--saturation",
         choices=("present", "mix"),
         default="present",
@@ -187,9 +204,16 @@ def main() -> None:
         default=CapacitySettings().present_weight,
         help="the mix's weight on the present level (the service's default)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.short:
         args.up_s = 300.0
+    if unknown := set(args.shapes.split(",")) - {"ramp", "step"}:
+        parser.error(f"unknown shape(s) {', '.join(sorted(unknown))}; choose ramp, step")
+    return args
+
+
+def main() -> None:
+    args = arguments()
     started = time.time()
     results = run(args)
     print(
@@ -208,6 +232,7 @@ def main() -> None:
                         "target": args.desired_target,
                         "lookback_s": args.desired_lookback_s,
                         "plateau": args.desired_plateau,
+                        "rate_window_s": args.desired_rate_window_s,
                         "router": "llm-d-322",
                         "every_s": 30.0,
                     },

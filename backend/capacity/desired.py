@@ -78,6 +78,8 @@ class Estimate:
     calibration_error: float
     simulations: int
     calibration: Calibration
+    rate_rps: float
+    """The arrival rate replayed: the pool's current rate (``fromsamples.current_load``)."""
 
 
 def estimate(
@@ -99,6 +101,7 @@ def estimate(
         max_replicas=settings.desired_max_replicas,
         calibrated=calibrated,
         seed=seed,
+        rate_window_s=settings.desired_rate_window_s or None,
     )
     if est is None:
         return None
@@ -114,6 +117,7 @@ def estimate(
         cal.error,
         est.simulations,
         cal,
+        est.workload.rate_rps * est.load,
     )
 
 
@@ -239,7 +243,7 @@ def refresh_pool(
             target=est.target,
             current_pods=len(est.workload.pods),
             requests=len(est.workload.trace),
-            rate_rps=est.workload.rate_rps,
+            rate_rps=est.rate_rps,
             profile=est.profile,
             scale=est.scale,
             calibration_error=est.calibration_error if math.isfinite(est.calibration_error) else -1,

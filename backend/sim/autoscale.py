@@ -301,6 +301,9 @@ class DesiredReplicas:
     plateau: float = PLATEAU_TOLERANCE
     router: str = "llm-d-322"
     recalibrate_s: float = 600.0
+    rate_window_s: float | None = None
+    """Replay at the rate of the lookback's last this many seconds (``current_load``); None:
+    at the lookback's mean rate."""
     name: str = "headroom-desired"
     _last: tuple[float, int] | None = None
     _calibration: tuple[float, Calibration] | None = None
@@ -322,6 +325,7 @@ class DesiredReplicas:
             min_replicas=self.min_pods,
             calibrated=kept[1] if kept is not None else None,
             plateau=self.plateau,
+            rate_window_s=self.rate_window_s,
         )
         if est is None:
             return obs.replicas

@@ -618,6 +618,40 @@ def desired_replicas(
 MIN_REQUESTS: Final = 20
 """Fewer requests than this in the samples: no estimate (a replay of a handful of requests
 says nothing about the pod count)."""
+SETTLE_QUANTILE: Final = 0.95
+"""``current_load`` counts arrivals up to this quantile of the window's TTFTs before its end:
+later ones have mostly not reached their first token, so have not been sampled yet."""
+
+
+def current_load(rows: Sequence[SampleRow], window_s: float) -> float:
+    """How many times the samples' own request rate the arrivals of their last ``window_s``
+    seconds ran at: the factor that replays the window at the pool's *current* rate
+    (``Trace.scaled``). 1.0 when the last ``window_s`` hold fewer than ``MIN_REQUESTS``
+    arrivals, or the samples span no more than that.
+
+    Arrivals are read from the TTFT samples (a sample's time less its TTFT), so a request is
+    seen only once it has its first token: the count stops at the window's end less the
+    ``SETTLE_QUANTILE`` TTFT (the newest sample's time is the end), where most arrivals
+    before it have been sampled. The same cut-off applies to the whole window's rate."""
+    if not window_s > 0:
+        raise ValueError("window_s must be > 0")
+    ttft = [r for r in rows if r.target == "ttft"]
+    if len(ttft) < MIN_REQUESTS:
+        return 1.0
+    observed = np.array([r.time_s for r in ttft])
+    latency_s = np.array([r.latency_ms for r in ttft]) / 1000.0
+    arrival = observed - latency_s
+    end = float(observed.max()) - float(np.quantile(latency_s, SETTLE_QUANTILE))
+    start = float(arrival.min())
+    if end - start <= window_s:
+        return 1.0
+    recent = int(((arrival > end - window_s) & (arrival <= end)).sum())
+    if recent < MIN_REQUESTS:
+        return 1.0
+    whole = int((arrival <= end).sum())
+    return (recent / window_s) / (whole / (end - start))
+
+
 CALIBRATION_STEPS: Final = 3
 """Golden-section steps per profile: 5 simulations each (measured by bench/desired_replicas.py
 to keep an 8-pod pool's run within a minute of one core)."""
@@ -630,6 +664,8 @@ class ReplicaEstimate:
     calibration: Calibration
     calibrated: bool
     """True: this call calibrated the pod (its simulations count); False: it was given one."""
+    load: float = 1.0
+    """The factor on ``workload``'s rate at which the bisection replayed it (``current_load``)."""
 
     @property
     def simulations(self) -> int:
@@ -648,16 +684,24 @@ def estimate_replicas(
     calibration_steps: int = CALIBRATION_STEPS,
     plateau: float = PLATEAU_TOLERANCE,
     seed: int = 0,
+    rate_window_s: float | None = None,
 ) -> ReplicaEstimate | None:
     """Desired replicas from a pool's samples: rebuild the requests (``build_workload``),
     calibrate the pod unless ``calibrated`` is given, and bisect on the pod count over
     replays routed by the simulator policy ``router``. None when the samples hold fewer than
     ``MIN_REQUESTS`` requests. The one path from samples to a pod count: the service's
     periodic job (``backend/capacity/desired.py``) and the simulator's autoscaler
-    (``backend/sim/autoscale.py``) both call it."""
+    (``backend/sim/autoscale.py``) both call it.
+
+    With ``rate_window_s`` the bisection replays the requests at the rate of the window's last
+    ``rate_window_s`` seconds (``current_load``), not at the window's mean: a burst or a ramp
+    is sized at the rate it has reached. The pod is calibrated on the requests as they came
+    (their latencies were observed at that rate); ``ReplicaEstimate.load`` is the factor."""
     if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
         return None
-    workload = build_workload(rows, seed=seed)
+    observed = build_workload(rows, seed=seed)
+    load = current_load(rows, rate_window_s) if rate_window_s else 1.0
+    workload = replace(observed, trace=observed.trace.scaled(load)) if load != 1.0 else observed
     hi = max(max_replicas, 1)
 
     def bisect(pod: PodModel) -> Desired:
@@ -675,10 +719,10 @@ def estimate_replicas(
 
     if calibrated is not None:
         try:
-            return ReplicaEstimate(bisect(calibrated.pod), workload, calibrated, False)
+            return ReplicaEstimate(bisect(calibrated.pod), observed, calibrated, False, load)
         except (RuntimeError, MemoryError):
             # The kept pod's KV cache cannot hold a request of this window (one longer than
             # any it was calibrated on): calibrate again, which rules such profiles out.
             pass
-    cal = calibrate(workload, router, slo, steps=calibration_steps, seed=seed)
-    return ReplicaEstimate(bisect(cal.pod), workload, cal, True)
+    cal = calibrate(observed, router, slo, steps=calibration_steps, seed=seed)
+    return ReplicaEstimate(bisect(cal.pod), observed, cal, True, load)

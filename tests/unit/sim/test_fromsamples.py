@@ -12,6 +12,7 @@ from backend.sim.fromsamples import (
     SampleRow,
     build_workload,
     calibrate,
+    current_load,
     desired_replicas,
     estimate_replicas,
     record,
@@ -142,6 +143,55 @@ def test_bisection_finds_the_smallest_count_meeting_the_target() -> None:
     assert smallest_meeting(flat, 0.70, 1, 12, plateau=0.0).replicas == 12
     with pytest.raises(ValueError):
         smallest_meeting(lambda n: 1.0, 0.9, 1, 8, plateau=-0.1)
+
+
+def test_current_load_is_the_last_window_s_rate_over_the_whole_window_s() -> None:
+    # One request a second for 180 s, then three a second for 60 s, 100 ms to the first token.
+    arrivals = [*np.arange(0.0, 180.0, 1.0), *np.arange(180.0, 240.0, 1 / 3)]
+    rows = [r for t in arrivals for r in _request(t + 0.1, 100.0, 500, 1)]
+    # The last minute ran at 3 a second, the window at 1.5 (360 over 240 s, to the last).
+    assert current_load(rows, 60.0) == pytest.approx(2.0, rel=0.02)
+    # A window with the same rate throughout reads 1; so does one that is all "last minute".
+    steady = [r for t in np.arange(0.0, 240.0, 1.0) for r in _request(t + 0.1, 100.0, 500, 1)]
+    assert current_load(steady, 60.0) == pytest.approx(1.0, rel=0.02)
+    assert current_load(rows, 600.0) == 1.0
+    # Too few arrivals in the last window to read a rate from: the window's mean rate.
+    sparse = [r for t in np.arange(0.0, 240.0, 5.0) for r in _request(t + 0.1, 100.0, 500, 1)]
+    assert current_load(sparse, 60.0) == 1.0
+    with pytest.raises(ValueError):
+        current_load(rows, 0.0)
+
+
+def test_current_load_stops_where_arrivals_may_not_have_their_first_token_yet() -> None:
+    # A steady second-by-second stream whose newest arrivals wait 5 s for their first token:
+    # only those that have it are sampled, so the newest 5 s look empty. The count stops at
+    # the end less the 95th-percentile TTFT, where the stream is complete: no dip is read.
+    rows = [r for t in np.arange(0.0, 300.0, 1.0) for r in _request(t + 5.0, 5000.0, 500, 1)]
+    seen = [r for r in rows if r.time_s <= 300.0]  # sampled by t = 300
+    assert current_load(seen, 60.0) == pytest.approx(1.0, rel=0.03)
+
+
+def test_estimate_replicas_replays_at_the_current_rate() -> None:
+    arrivals = [*np.arange(0.0, 180.0, 1.0), *np.arange(180.0, 240.0, 1 / 3)]
+    rows = [r for t in arrivals for r in _request(t + 0.05, 50.0, 300, 4, tpot_ms=10.0)]
+    pod = Calibration(PodModel("a100-llama3-8b"), 0.0, 0.0, 0.0)
+    mean = estimate_replicas(
+        rows, DEFAULT_SLO, 0.9, router="round-robin", max_replicas=4, calibrated=pod
+    )
+    now = estimate_replicas(
+        rows,
+        DEFAULT_SLO,
+        0.9,
+        router="round-robin",
+        max_replicas=4,
+        calibrated=pod,
+        rate_window_s=60.0,
+    )
+    assert mean is not None and now is not None
+    assert mean.load == 1.0
+    assert now.load == pytest.approx(2.0, rel=0.02)
+    # The workload reported is the requests as they came (the pod's calibration is on them).
+    assert len(now.workload.trace) == len(mean.workload.trace) == len(arrivals)
 
 
 def _recorded(
