@@ -50,7 +50,10 @@ class DesiredReplicasRead(BaseModel):
     target: float = Field(description="The policy's target_slo_attainment.")
     current_pods: int = Field(description="Pods seen in the replayed samples.")
     requests: int = Field(description="Requests rebuilt from the samples and replayed.")
-    rate_rps: float = Field(description="Their arrival rate (the pool's current rate).")
+    rate_rps: float = Field(
+        description="The arrival rate they were replayed at: the lookback's mean rate, or "
+        "with `HEADROOM_CAPACITY__DESIRED_RATE_WINDOW_S` the rate of its last seconds."
+    )
     profile: str = Field(description="The GPU profile the calibration chose.")
     scale: float = Field(description="The calibrated factor on the profile's step cost.")
     calibration_error: float = Field(

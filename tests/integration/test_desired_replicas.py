@@ -12,10 +12,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from backend.capacity import desired as desired_module
-from backend.capacity.desired import history, refresh_all
+from backend.capacity.desired import history, recent_rows, refresh_all
 from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.samples.models import Sample
-from backend.sim.fromsamples import record
+from backend.settings import CapacitySettings
+from backend.sim.fromsamples import current_load, record
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces import load_trace
 from tests.console import sign_in_new_user
@@ -155,3 +156,26 @@ def test_too_little_traffic_removes_the_stale_number(client: TestClient) -> None
     with runtime.sessions() as session:
         kept = history(session, pool_id, datetime.now(UTC) - timedelta(days=1))
     assert [p.computed_at for p in kept] == [recent]
+
+
+def test_the_job_replays_at_the_current_rate_when_asked(client: TestClient) -> None:
+    runtime = runtime_of(client)
+    set_slo(client, 2000, 100)
+    post(client, epp_samples())
+    mean_rate = runtime.settings.capacity
+    current = mean_rate.model_copy(update={"desired_rate_window_s": 5.0})
+
+    def stored_rate(settings: CapacitySettings) -> float:
+        assert refresh_all(runtime.sessions, settings) == 1
+        with runtime.sessions() as session:
+            return session.scalars(select(DesiredReplicas.rate_rps)).one()
+
+    by_mean = stored_rate(mean_rate)
+    by_now = stored_rate(current)
+    # The stored rate is the one replayed: the lookback's mean scaled by its last 5 s'
+    # (read from the same rows the job read).
+    with runtime.sessions() as session:
+        rows = recent_rows(session, 1, current, datetime.now(UTC))
+    load = current_load(rows, 5.0)
+    assert load > 1.5  # the minute's arrivals crowd into its last seconds
+    assert by_now == pytest.approx(by_mean * load)
