@@ -86,11 +86,19 @@ def test_two_workers_never_train_the_same_target_at_once(
         headroom_worker(env, tmp_path, args=("--beat",)),
         headroom_worker(env, tmp_path, args=()),
     ):
-        # Keep the windows changing so that both workers keep getting training tasks.
-        for seed in range(12):
+        # Keep the windows changing so that both workers keep getting training tasks, until
+        # six versions exist: a fixed number of posts could all land before slow-starting
+        # workers are up, and an unchanged window trains nothing new.
+        seed = 0
+
+        def post_and_count() -> bool:
+            nonlocal seed
             _post_samples(api, 300, seed=seed)
-            time.sleep(0.5)
-        _wait(lambda: len(httpx.get(f"{api}/v1/models").json()) >= 6, 60, "retrains")
+            seed += 1
+            time.sleep(0.4)
+            return len(httpx.get(f"{api}/v1/models").json()) >= 6
+
+        _wait(post_and_count, 90, "retrains")
     with Session(engine) as s:
         versions = s.scalars(
             select(ModelVersion).order_by(ModelVersion.target, ModelVersion.training_started_at)
