@@ -65,6 +65,18 @@ SLO = Slo(2000.0, 100.0)
 SCALERS = ("queue-hpa", "wva-saturation", "headroom-saturation", "headroom-desired")
 
 
+def desired_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``DesiredReplicas``' options from the ``--desired-*`` and pod-bound arguments."""
+    return {
+        "target": args.desired_target,
+        "lookback_s": args.desired_lookback_s,
+        "plateau": args.desired_plateau,
+        "min_pods": args.min_pods,
+        "max_pods": args.max_pods,
+        "rate_window_s": args.desired_rate_window_s or None,
+    }
+
+
 def _scaler(name: str, args: argparse.Namespace) -> Scaler:
     if name.startswith("fixed-"):
         return Fixed(int(name.removeprefix("fixed-")), name=name)  # the unscaled reference
@@ -75,15 +87,7 @@ def _scaler(name: str, args: argparse.Namespace) -> Scaler:
     if name == "headroom-saturation":
         return PredictedSaturation(budget=1.0 - args.attainment)
     if name == "headroom-desired":
-        return DesiredReplicas(
-            SLO,
-            target=args.desired_target,
-            lookback_s=args.desired_lookback_s,
-            plateau=args.desired_plateau,
-            min_pods=args.min_pods,
-            max_pods=args.max_pods,
-            rate_window_s=args.desired_rate_window_s or None,
-        )
+        return DesiredReplicas(SLO, **desired_options(args))
     raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)} or fixed-N")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from _common import machine
-from autoscale import SLO, arguments, one_run
+from autoscale import SLO, arguments, desired_options, one_run
 
 from backend.sim.autoscale import DesiredReplicas, Observation
 from backend.sim.fromsamples import simulate
@@ -64,14 +64,7 @@ def main() -> None:
     parser.add_argument("--shape", choices=("ramp", "step"), default="ramp")
     own, rest = parser.parse_known_args()
     args = arguments(rest)
-    scaler = Recording(
-        SLO,
-        target=args.desired_target,
-        lookback_s=args.desired_lookback_s,
-        plateau=args.desired_plateau,
-        min_pods=args.min_pods,
-        max_pods=args.max_pods,
-    )
+    scaler = Recording(SLO, **desired_options(args))
     started = time.process_time()
     result = one_run(args, own.shape, scaler, own.seed)
     arrival = result.outcomes.arrival
