@@ -44,8 +44,11 @@ class Recording(DesiredReplicas):
             ready = len(obs.gauges)
             replay = est.desired.evaluated.get(ready)
             if replay is None and ready:
-                trace, pod = est.workload.trace, est.calibration.pod
-                replay = simulate(trace, ready, pod, self.router, self.slo).slo_attainment
+                trace, pod = est.replayed or est.workload.trace, est.calibration.pod
+                try:
+                    replay = simulate(trace, ready, pod, self.router, self.slo).slo_attainment
+                except (RuntimeError, MemoryError):
+                    replay = 0.0  # the simulated pods break down: as desired_replicas counts it
             self.seen.append(
                 {
                     "t": obs.now,

@@ -666,6 +666,8 @@ class ReplicaEstimate:
     """True: this call calibrated the pod (its simulations count); False: it was given one."""
     load: float = 1.0
     """The factor on ``workload``'s rate at which the bisection replayed it (``current_load``)."""
+    replayed: Trace | None = None
+    """What the bisection replayed: ``workload.trace`` at the current rate (``load``)."""
 
     @property
     def simulations(self) -> int:
@@ -719,10 +721,11 @@ def estimate_replicas(
 
     if calibrated is not None:
         try:
-            return ReplicaEstimate(bisect(calibrated.pod), observed, calibrated, False, load)
+            desired = bisect(calibrated.pod)
+            return ReplicaEstimate(desired, observed, calibrated, False, load, workload.trace)
         except (RuntimeError, MemoryError):
             # The kept pod's KV cache cannot hold a request of this window (one longer than
             # any it was calibrated on): calibrate again, which rules such profiles out.
             pass
     cal = calibrate(observed, router, slo, steps=calibration_steps, seed=seed)
-    return ReplicaEstimate(bisect(cal.pod), observed, cal, True, load)
+    return ReplicaEstimate(bisect(cal.pod), observed, cal, True, load, workload.trace)
