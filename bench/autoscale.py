@@ -5,7 +5,8 @@
         [--shapes ramp,step] [--base 0.2] [--peak 0.6] [--up-s 1200 | --short] [--step-s 600]
         [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
         [--startup-s 90] [--desired-target 0.95] [--desired-lookback-s 120]
-        [--desired-plateau 0.01] [--desired-rate-window-s 0] [--saturation present|mix]
+        [--desired-plateau 0.01] [--desired-rate-window-s 0] [--desired-score-last-s 0]
+        [--saturation present|mix]
         [--mix-weight 0.6]
 
 Two traffic shapes (``backend/sim/autoscale.py``), each after ``--warmup-s`` at ``--base`` x the
@@ -74,6 +75,7 @@ def desired_options(args: argparse.Namespace) -> dict[str, Any]:
         "min_pods": args.min_pods,
         "max_pods": args.max_pods,
         "rate_window_s": args.desired_rate_window_s or None,
+        "score_last_s": args.desired_score_last_s or None,
     }
 
 
@@ -196,6 +198,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="replay the lookback at the rate of its last this many seconds (0: its mean rate)",
     )
     parser.add_argument(
+        "--desired-score-last-s",
+        type=float,
+        default=0.0,
+        help="score each replay on its last this many seconds' requests (0: on all of them)",
+    )
+    parser.add_argument(
         "--saturation",
         choices=("present", "mix"),
         default="present",
@@ -237,6 +245,7 @@ def main() -> None:
                         "lookback_s": args.desired_lookback_s,
                         "plateau": args.desired_plateau,
                         "rate_window_s": args.desired_rate_window_s,
+                        "score_last_s": args.desired_score_last_s,
                         "router": "llm-d-322",
                         "every_s": 30.0,
                     },

@@ -304,6 +304,8 @@ class DesiredReplicas:
     rate_window_s: float | None = None
     """Replay at the rate of the lookback's last this many seconds (``current_load``); None:
     at the lookback's mean rate."""
+    score_last_s: float | None = None
+    """Score each replay on its last this many seconds' requests; None: on all of them."""
     name: str = "headroom-desired"
     _last: tuple[float, int] | None = None
     _calibration: tuple[float, Calibration] | None = None
@@ -326,6 +328,7 @@ class DesiredReplicas:
             calibrated=kept[1] if kept is not None else None,
             plateau=self.plateau,
             rate_window_s=self.rate_window_s,
+            score_last_s=self.score_last_s,
         )
         if est is None:
             return obs.replicas

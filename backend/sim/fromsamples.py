@@ -39,7 +39,7 @@ from backend.sim.gpu import available_profiles, load_profile
 from backend.sim.online import FIELDS
 from backend.sim.pool import build_pool
 from backend.sim.replay import Observation, Recorder
-from backend.sim.report import summarize
+from backend.sim.report import met_slo, summarize
 from backend.sim.routers import make_policy
 from backend.sim.routers.base import RoutingPolicy
 from backend.sim.traces.loader import UNIT_TOKENS, Trace
@@ -294,9 +294,17 @@ class RunResult:
 
 
 def simulate(
-    trace: Trace, pods: int, pod: PodModel, policy: Router, slo: Slo, seed: int = 0
+    trace: Trace,
+    pods: int,
+    pod: PodModel,
+    policy: Router,
+    slo: Slo,
+    seed: int = 0,
+    score_from_s: float | None = None,
 ) -> RunResult:
-    """``trace`` on ``pods`` pods of ``pod``, routed by the simulator policy ``policy``."""
+    """``trace`` on ``pods`` pods of ``pod``, routed by the simulator policy ``policy``. With
+    ``score_from_s`` the attainment is that of the requests arriving from then on (the earlier
+    ones are replayed all the same: they load the pods)."""
     specs = build_pool(pods, pod.profile)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pod.profile).kv_bytes_per_token)
     sim = Simulation(
@@ -313,8 +321,12 @@ def simulate(
         ),
     )
     result = sim.run()
-    attained = summarize(result, slo)["slo_attainment"]
-    return RunResult(float(attained or 0.0), result.ttft_ms, result.tpot_ms)
+    if score_from_s is None:
+        attained = float(summarize(result, slo)["slo_attainment"] or 0.0)
+    else:
+        scored = result.arrival >= score_from_s
+        attained = float(met_slo(result, slo)[scored].mean()) if scored.any() else 0.0
+    return RunResult(attained, result.ttft_ms, result.tpot_ms)
 
 
 def distribution_error(sim_ms: np.ndarray, obs_ms: np.ndarray) -> float:
@@ -589,18 +601,23 @@ def desired_replicas(
     min_replicas: int = 1,
     plateau: float = PLATEAU_TOLERANCE,
     seed: int = 0,
+    score_last_s: float | None = None,
 ) -> Desired:
     """The smallest pod count at which ``workload`` (the pool's recent traffic at its own rate)
-    on the calibrated ``pod`` keeps SLO attainment at ``target``.
+    on the calibrated ``pod`` keeps SLO attainment at ``target`` (with ``score_last_s``, the
+    attainment of the requests of the replay's last that many seconds).
 
     A pod count at which the simulated pods break down (a request near the KV cache's size
     that preemption cannot make room for among the others) counts as attaining nothing: so
     few pods do not hold the traffic. At ``max_replicas`` the error propagates: then no count
     serves it and there is no answer."""
 
+    trace = workload.trace
+    score_from = trace.duration_s - score_last_s if score_last_s else None
+
     def attainment(n: int) -> float:
         try:
-            return simulate(workload.trace, n, pod, policy, slo, seed).slo_attainment
+            return simulate(trace, n, pod, policy, slo, seed, score_from).slo_attainment
         except (RuntimeError, MemoryError):
             if n >= max_replicas:
                 raise
@@ -687,6 +704,7 @@ def estimate_replicas(
     plateau: float = PLATEAU_TOLERANCE,
     seed: int = 0,
     rate_window_s: float | None = None,
+    score_last_s: float | None = None,
 ) -> ReplicaEstimate | None:
     """Desired replicas from a pool's samples: rebuild the requests (``build_workload``),
     calibrate the pod unless ``calibrated`` is given, and bisect on the pod count over
@@ -698,7 +716,11 @@ def estimate_replicas(
     With ``rate_window_s`` the bisection replays the requests at the rate of the window's last
     ``rate_window_s`` seconds (``current_load``), not at the window's mean: a burst or a ramp
     is sized at the rate it has reached. The pod is calibrated on the requests as they came
-    (their latencies were observed at that rate); ``ReplicaEstimate.load`` is the factor."""
+    (their latencies were observed at that rate); ``ReplicaEstimate.load`` is the factor.
+
+    With ``score_last_s`` each replay is scored on the requests of its last that many seconds
+    (``desired_replicas``): the window's earlier requests load the pods but do not dilute a
+    burst's misses with the calm before it."""
     if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
         return None
     observed = build_workload(rows, seed=seed)
@@ -717,6 +739,7 @@ def estimate_replicas(
             min_replicas=min(max(min_replicas, 1), hi),
             plateau=plateau,
             seed=seed,
+            score_last_s=score_last_s,
         )
 
     if calibrated is not None:

@@ -47,13 +47,19 @@ def _mean_live_mape(policy: dict[str, Any], target: str) -> float | None:
     return round(sum(b["mape"] * b["n"] for b in bins) / n, 4)
 
 
+def met_slo(result: SimResult, slo: Slo) -> npt.NDArray[np.bool_]:
+    """Per request: completed within both SLOs (a one-token answer has no TPOT to miss)."""
+    tpot_ok = (result.output <= 1) | (result.tpot_ms <= slo.tpot_ms)
+    met: npt.NDArray[np.bool_] = np.isfinite(result.done) & (result.ttft_ms <= slo.ttft_ms)
+    return met & tpot_ok
+
+
 def summarize(result: SimResult, slo: Slo) -> dict[str, Any]:
     """Per-run figures: latency percentiles (ms), SLO attainment, goodput, hit rate, predictor."""
     n = int(result.arrival.shape[0])
     ttft, tpot, e2e = result.ttft_ms, result.tpot_ms, result.e2e_ms
     completed = np.isfinite(result.done)
-    tpot_ok = (result.output <= 1) | (tpot <= slo.tpot_ms)
-    met = completed & (ttft <= slo.ttft_ms) & tpot_ok
+    met = met_slo(result, slo)
     span = float(result.arrival.max() - result.arrival.min()) if n > 1 else 0.0
     hits = result.hit_tokens >= 0
     prompt_tokens = int(result.prompt[hits].sum())

@@ -171,6 +171,36 @@ def test_current_load_stops_where_arrivals_may_not_have_their_first_token_yet() 
     assert current_load(seen, 60.0) == pytest.approx(1.0, rel=0.03)
 
 
+def test_a_replay_scored_on_its_last_seconds_counts_the_burst_not_the_calm() -> None:
+    # A calm minute (a request every 2 s), then 10 s of 3,000-token prompts, 4 a second.
+    calm = [r for t in np.arange(0.0, 60.0, 2.0) for r in _request(t + 0.1, 100.0, 500, 8)]
+    burst = [r for t in np.arange(60.0, 70.0, 0.25) for r in _request(t + 0.5, 500.0, 3000, 8)]
+    workload = build_workload([*calm, *burst])
+    trace, pod = workload.trace, PodModel("a100-llama3-8b")
+    whole = simulate(trace, 1, pod, "round-robin", DEFAULT_SLO).slo_attainment
+    last = simulate(trace, 1, pod, "round-robin", DEFAULT_SLO, score_from_s=trace.duration_s - 10)
+    # One pod: the calm's requests all meet, the burst's mostly not.
+    assert last.slo_attainment < whole - 0.15
+    # Scored from the first arrival, it is the whole run's attainment.
+    from_start = simulate(trace, 1, pod, "round-robin", DEFAULT_SLO, score_from_s=0.0)
+    assert from_start.slo_attainment == pytest.approx(whole, abs=1e-4)
+
+    # At a 0.6 target the whole window says one pod does (0.67); its last 10 s say two.
+    def pods(score_last_s: float | None) -> int:
+        desired = desired_replicas(
+            workload,
+            pod,
+            "round-robin",
+            DEFAULT_SLO,
+            0.6,
+            max_replicas=8,
+            score_last_s=score_last_s,
+        )
+        return desired.replicas
+
+    assert (pods(None), pods(10.0)) == (1, 2)
+
+
 def test_estimate_replicas_replays_at_the_current_rate() -> None:
     arrivals = [*np.arange(0.0, 180.0, 1.0), *np.arange(180.0, 240.0, 1 / 3)]
     rows = [r for t in arrivals for r in _request(t + 0.05, 50.0, 300, 4, tpot_ms=10.0)]
