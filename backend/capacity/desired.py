@@ -79,7 +79,8 @@ class Estimate:
     simulations: int
     calibration: Calibration
     rate_rps: float
-    """The arrival rate replayed: the pool's current rate (``fromsamples.current_load``)."""
+    """The arrival rate replayed: the lookback's mean, or with ``desired_rate_window_s`` the
+    rate of its last seconds (``fromsamples.current_load``)."""
 
 
 def estimate(
