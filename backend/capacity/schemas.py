@@ -44,7 +44,8 @@ class DesiredReplicasRead(BaseModel):
     )
     met: bool = Field(
         description="False: even the most pods tried miss the target; `replicas` is then where "
-        "more pods stop helping (within 1 point of the most pods' attainment)."
+        "more pods stop helping (within 1 point of the most pods' attainment). True: reached, "
+        "or within that point of the most pods' attainment, where `replicas` stops too."
     )
     attainment: float = Field(description="Simulated SLO attainment at `replicas` pods.")
     target: float = Field(description="The policy's target_slo_attainment.")
