@@ -326,10 +326,10 @@ def test_a_kept_calibration_whose_pod_cannot_hold_the_window_is_replaced(
 
     real = fromsamples.simulate
 
-    def small_cache(trace, pods, pod, policy, slo, seed=0):  # type: ignore[no-untyped-def]
+    def small_cache(trace, pods, pod, policy, slo, seed=0, score_from_s=None):  # type: ignore[no-untyped-def]
         if pod.profile == "a100-llama2-7b":  # as if this window held a request it cannot
             raise RuntimeError("pod-0: one request outgrew the KV cache")
-        return real(trace, pods, pod, policy, slo, seed)
+        return real(trace, pods, pod, policy, slo, seed, score_from_s)
 
     monkeypatch.setattr(fromsamples, "simulate", small_cache)
     rows = [r for i in range(MIN_REQUESTS + 5) for r in _request(i * 2.0, 300.0, 400, 20)]
@@ -352,10 +352,10 @@ def test_a_pod_count_whose_simulation_breaks_down_misses_and_at_the_top_raises(
     w = build_workload(rows)
     real = fromsamples.simulate
 
-    def fragile(trace, pods, pod, policy, slo, seed=0):  # type: ignore[no-untyped-def]
+    def fragile(trace, pods, pod, policy, slo, seed=0, score_from_s=None):  # type: ignore[no-untyped-def]
         if pods < 3:  # as a pod whose KV cache cannot hold a long request among the others
             raise RuntimeError("pod-0: one request outgrew the KV cache")
-        return real(trace, pods, pod, policy, slo, seed)
+        return real(trace, pods, pod, policy, slo, seed, score_from_s)
 
     monkeypatch.setattr(fromsamples, "simulate", fragile)
     pod = PodModel("a100-llama3-8b")
