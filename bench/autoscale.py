@@ -6,6 +6,7 @@
         [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
         [--startup-s 90] [--desired-target 0.95] [--desired-lookback-s 120]
         [--desired-plateau 0.01] [--desired-rate-window-s 0] [--desired-score-last-s 0]
+        [--desired-interval-s 30]
         [--saturation present|mix]
         [--mix-weight 0.6]
 
@@ -76,6 +77,7 @@ def desired_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_pods": args.max_pods,
         "rate_window_s": args.desired_rate_window_s or None,
         "score_last_s": args.desired_score_last_s or None,
+        "every_s": args.desired_interval_s,
     }
 
 
@@ -196,6 +198,13 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="replay the lookback at the rate of its last this many seconds (0: its mean rate)",
+    )
+    parser.add_argument(
+        "--desired-interval-s",
+        type=float,
+        default=30.0,
+        help="how often the desired-replicas job runs "
+        "(the service's HEADROOM_CAPACITY__DESIRED_INTERVAL_S, 30 s by default)",
     )
     parser.add_argument(
         "--desired-score-last-s",
