@@ -67,8 +67,20 @@ FEATURE_FIELDS: Final = (
     "pod_type",
     "encoder_input_size",
     "encoder_matched_size",
+    "ms_since_last_token",
+    "oldest_prefill_wait_ms",
 )
 """Wire fields read; all but ``REQUIRED_FIELDS`` default to 0 when a column is absent."""
+
+PROGRESS_FIELDS: Final = ("ms_since_last_token", "oldest_prefill_wait_ms")
+"""Ours, optional: what a router that proxies the pod's streams knows of its progress and
+upstream's wire does not carry (issue 17). ``ms_since_last_token``: how long since the pod last
+streamed a token to any request (a decoding pod streams at every iteration, so this is how far
+into the iteration in progress it is); ``oldest_prefill_wait_ms``: how long the oldest request
+dispatched to the pod and still without its first token has been there (how far its prefill
+has got). Both 0 on a pod with nothing in flight, and from a router that does not send them,
+so a model trained without them is unchanged. They tell where the pod's work stands, not how
+much there is, so they enter the trees only: no cost in the extrapolating base grows with them."""
 
 TTFT_FEATURES: Final = (
     "kv_cache_percentage",
@@ -86,6 +98,7 @@ TTFT_FEATURES: Final = (
     "prefill_compute_tokens",
     "running_x_uncached_k",
     "encoder_uncached_tokens",
+    *PROGRESS_FIELDS,
 )
 TTFT_BASE_FEATURES: Final = (
     "uncached_tokens",
@@ -170,6 +183,8 @@ def ttft_features(cols: Columns) -> FeatureMatrix:
         # With chunked prefill the prompt is spread over steps that also carry the decode batch.
         "running_x_uncached_k": running * uncached * 1e-3,
         "encoder_uncached_tokens": encoder,
+        "ms_since_last_token": _get(cols, "ms_since_last_token"),
+        "oldest_prefill_wait_ms": _get(cols, "oldest_prefill_wait_ms"),
     }
     return _matrix(n, TTFT_FEATURES, values)
 

@@ -69,6 +69,10 @@ class Candidate:
     topology: Topology | None = None
     dispatched_requests: int | None = None  # router's in-flight count; None -> num_request_running
     running_tpot_slos_ms: tuple[float, ...] = ()  # TPOT SLOs of requests already running there
+    # Ours, optional wire fields (backend/predictor/features.py PROGRESS_FIELDS): how far the
+    # pod's work has got, as a router proxying its streams sees it; 0 when not sent.
+    ms_since_last_token: float = 0.0
+    oldest_prefill_wait_ms: float = 0.0
 
     @property
     def in_flight(self) -> int:

@@ -439,6 +439,7 @@ def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Can
     for p in pods:
         g = v.scraped(p)
         server = v.servers[p]
+        since, oldest = v.progress(p)
         out.append(
             Candidate(
                 name=server.name,
@@ -452,6 +453,10 @@ def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Can
                 role=server.role,  # type: ignore[arg-type]
                 pod_class=server.profile.name,
                 topology=server.topology,
+                # Where each pod's work stands, as the router sends it (the service keeps each
+                # pod's latest sample's).
+                ms_since_last_token=since,
+                oldest_prefill_wait_ms=oldest,
             )
         )
     return out

@@ -427,6 +427,7 @@ class Simulation:
         first = route.prefill if route.prefill is not None else route.pod
         v.dispatched[first] += 1
         v.prefill_inflight[first] += route.uncached
+        v.prefill_since[first][req.rid] = now
         if route.prefill is not None:
             v.dispatched[route.pod] += 1
         server = self.servers[first]
@@ -464,12 +465,14 @@ class Simulation:
             self._first[req.rid] = o.time
             if route.prefill is None:
                 v.prefill_inflight[route.pod] -= route.uncached
+                v.prefill_since[route.pod].pop(req.rid, None)
                 self._hit[req.rid] = o.seq.hit_tokens
             v.decode_inflight[route.pod] += req.prompt
             self.policy.on_first_token(req, route, o.time, (o.time - req.arrival) * 1000.0)
         elif isinstance(o, Handoff):
             v.dispatched[server.index] -= 1
             v.prefill_inflight[server.index] -= route.uncached
+            v.prefill_since[server.index].pop(req.rid, None)
             self._hit[req.rid] = o.seq.hit_tokens
             self.policy.on_handoff(req, route, o.time, (o.time - req.arrival) * 1000.0)
             self._start_transfer(req, server, self.servers[route.pod], o.time)

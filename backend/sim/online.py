@@ -22,7 +22,7 @@ import xgboost as xgb
 
 from backend.predictor import gate
 from backend.predictor.calibration import Calibration, column_load, meet_probability
-from backend.predictor.features import Target
+from backend.predictor.features import PROGRESS_FIELDS, Target
 from backend.predictor.regressors import Kind, LatencyModel, TrainParams, default_params
 from backend.predictor.training import serve_columns
 from backend.predictor.window import WindowSpec
@@ -38,6 +38,7 @@ FIELDS: Final = (
     "decode_tokens_in_flight",
     "num_tokens_generated",
     "pod_type",
+    *PROGRESS_FIELDS,
 )
 """Wire fields of a sample row, in this order (``pod_type`` as the predictor's integer code)."""
 TARGETS: Final[tuple[Target, ...]] = ("ttft", "tpot")

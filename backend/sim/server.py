@@ -209,6 +209,8 @@ class Server:
         # Gauge history for the router's scrapes: (time, metrics) at every change.
         self._snap_t: list[float] = [0.0]
         self._snap_v: list[Metrics] = [Metrics(0.0, 0, 0)]
+        # When the pod last streamed a token, or became busy if it has streamed none since.
+        self._streamed_at = 0.0
 
     # ---- what the outside sees -------------------------------------------------------------
 
@@ -234,6 +236,18 @@ class Server:
         else:
             self._snap_t.append(now)
             self._snap_v.append(m)
+
+    def last_streamed(self, now: float) -> float:
+        """When the pod last streamed a token to any request (a first token or a decode step's)
+        by ``now``, or became busy if it has streamed none since: what a router proxying its
+        streams sees. A decoding pod streams at every iteration's end, so ``now`` less this is
+        how far into the iteration in progress it is."""
+        t = self._streamed_at
+        if self.busy and self._decoders and self._steps:
+            i = bisect.bisect_right(self._ends, now, 0, self._steps) - 1
+            if i >= 0:
+                t = max(t, self._ends[i])
+        return t
 
     def prefix_hit_units(self, units: list[int]) -> int:
         """Leading units of a prompt cached here right now (what KV events would report)."""
@@ -268,6 +282,8 @@ class Server:
         steps, ends = self._steps, self._ends
         self.iterations += steps
         finished = False
+        if self._decoders:
+            self._streamed_at = now
         for s in self._decoders:
             if s.generated == 0:
                 s.first_token = ends[0]
@@ -291,6 +307,7 @@ class Server:
                 finished = True
                 continue
             s.generated += 1
+            self._streamed_at = now
             if s.first_token is None:
                 s.first_token = now
                 out.append(FirstToken(s, now))
@@ -443,6 +460,8 @@ class Server:
             self._steps = 0
             self._snapshot(now)
             return None
+        if not self.busy:
+            self._streamed_at = now
         self.busy = True
         kv_tokens = sum(s.ctx for s in decoders)
         if chunks or preempted:
@@ -499,6 +518,7 @@ class Server:
             "busy",
             "iterations",
             "preemptions",
+            "_streamed_at",
         ):
             setattr(other, name, getattr(self, name))
         other.kv = self.kv.clone()

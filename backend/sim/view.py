@@ -6,7 +6,9 @@ the router sees every pod as it was at its last scrape, up to 50 ms ago (``scrap
 0``, for measurement only: the pods' present gauges, which no router can read). The router's own
 counts are exact and immediate, as they are in a real router: requests dispatched to a pod and
 not yet finished, uncached prompt tokens dispatched and not yet past their first token
-(upstream's in-flight load), and prompt tokens of requests in decode.
+(upstream's in-flight load), and prompt tokens of requests in decode; and, as a router that
+proxies the pods' streams sees it, when each pod last streamed a token and since when its
+requests before their first token have waited (``progress``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class RouterView:
     dispatched: list[int] = field(default_factory=list)
     prefill_inflight: list[int] = field(default_factory=list)
     decode_inflight: list[int] = field(default_factory=list)
+    prefill_since: list[dict[int, float]] = field(default_factory=list)
+    """Per pod: request id -> dispatch time, for the requests not yet past their first token."""
     prefill_pods: list[int] = field(default_factory=list)
     decode_pods: list[int] = field(default_factory=list)
 
@@ -47,6 +51,7 @@ class RouterView:
         self.dispatched = [0] * n
         self.prefill_inflight = [0] * n
         self.decode_inflight = [0] * n
+        self.prefill_since = [{} for _ in range(n)]
         self.prefill_pods = [s.index for s in self.servers if s.role == "prefill"]
         self.decode_pods = [s.index for s in self.servers if s.role != "prefill"]
 
@@ -67,3 +72,14 @@ class RouterView:
 
     def scraped(self, pod: int) -> Metrics:
         return self.servers[pod].metrics_at(self.last_scrape(pod))
+
+    def progress(self, pod: int) -> tuple[float, float]:
+        """The wire's ``ms_since_last_token`` and ``oldest_prefill_wait_ms`` for ``pod``: what
+        a router proxying its streams knows of how far its work has got (0, 0 with nothing in
+        flight)."""
+        if not self.dispatched[pod]:
+            return 0.0, 0.0
+        since = (self.now - self.servers[pod].last_streamed(self.now)) * 1000.0
+        started = self.prefill_since[pod]
+        oldest = (self.now - min(started.values())) * 1000.0 if started else 0.0
+        return max(since, 0.0), max(oldest, 0.0)

@@ -50,6 +50,7 @@ UPSTREAM_PREDICTED_BEST = (
 )
 OURS_GREEDY_PD = "headroom-greedy-pd"
 OURS_NO_HOLD = "headroom-no-hold"
+OURS_NO_PROGRESS = "headroom-no-progress"
 OURS_INTERFERENCE = "headroom-interference"
 INTERFERENCE_ABLATIONS: Final[dict[str, Scorer]] = {
     OURS_INTERFERENCE: "interference",
@@ -113,6 +114,7 @@ def ours_config(transfer: TransferConfig, pd_selection: str = "joint") -> Predic
         live_calibration=True,
         # /v1/schedule holds its decisions for as long by default (backend/scheduling/decided.py).
         decided_hold_ms=DECIDED_HOLD_MS,
+        send_progress=True,
     )
 
 
@@ -187,6 +189,15 @@ POLICIES: Final[dict[str, PolicyFactory]] = {
         "ablation: Headroom's policy with its decisions counted only once dispatched, as "
         "upstream's EPP counts them (decided_hold_ms 0)",
         replace(ours_config(t), decided_hold_ms=0.0),
+        s,
+        o,
+    ),
+    # What the pods' progress fields are worth (issue 17).
+    OURS_NO_PROGRESS: lambda t, s, o: _predicted(
+        OURS_NO_PROGRESS,
+        "ablation: Headroom's policy without the pods' progress fields (ms_since_last_token, "
+        "oldest_prefill_wait_ms: 0, as upstream's EPP sends them)",
+        replace(ours_config(t), send_progress=False),
         s,
         o,
     ),

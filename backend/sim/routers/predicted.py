@@ -53,6 +53,10 @@ class PredictedConfig:
     per_class: bool = False
     """One model per GPU class (profile) rather than one per pool: in the service, a pool per
     class. The wire features carry no GPU class, so one model averages A100 and H100 pods."""
+    send_progress: bool = False
+    """The router sends the pods' progress (``ms_since_last_token``, ``oldest_prefill_wait_ms``:
+    Headroom's optional wire fields, what a router proxying the streams knows; issue 17).
+    Upstream's EPP does not: its rows carry 0."""
     decided_hold_ms: float = 0.0
     """How long a request this router has decided counts in its pod's in-flight work
     (``prefill_tokens_in_flight``, ``dispatched_requests``) from the decision on, through the
@@ -76,14 +80,23 @@ def candidate_row(c: Candidate) -> Row:
         float(c.decode_tokens_in_flight),
         float(c.num_tokens_generated),
         float(POD_TYPE_CODES[c.role]),
+        c.ms_since_last_token,
+        c.oldest_prefill_wait_ms,
     )
 
 
 def router_row(
-    v: RouterView, req: Request, pod: int, prefix: float, decided_tokens: int = 0
+    v: RouterView,
+    req: Request,
+    pod: int,
+    prefix: float,
+    decided_tokens: int = 0,
+    progress: bool = False,
 ) -> Row:
     """What the router knows of ``pod`` for ``req`` right now, in ``online.FIELDS`` order
-    (``decided_tokens``: uncached prompt tokens it has decided for the pod, not yet dispatched)."""
+    (``decided_tokens``: uncached prompt tokens it has decided for the pod, not yet dispatched;
+    ``progress``: it sends the pod's progress fields, else they are 0 as upstream's EPP sends
+    them)."""
     g = v.scraped(pod)
     return (
         g.kv_cache_usage,
@@ -95,6 +108,7 @@ def router_row(
         float(v.decode_inflight[pod]),
         1.0,
         float(POD_TYPE_CODES[v.servers[pod].role]),
+        *(v.progress(pod) if progress else (0.0, 0.0)),
     )
 
 
@@ -197,7 +211,8 @@ class PredictedLatency(RoutingPolicy):
             g = v.scraped(p)
             server = v.servers[p]
             held, decided = self._ledger.pending(server.name, v.now)
-            rows.append(router_row(v, req, p, pre, decided))
+            rows.append(router_row(v, req, p, pre, decided, self.config.send_progress))
+            since, oldest = rows[-1][-2:]
             candidates.append(
                 Candidate(
                     name=server.name,
@@ -212,6 +227,8 @@ class PredictedLatency(RoutingPolicy):
                     pod_class=server.profile.name,
                     topology=server.topology,
                     dispatched_requests=v.dispatched[p] + held,
+                    ms_since_last_token=since,
+                    oldest_prefill_wait_ms=oldest,
                 )
             )
         self._cols = columns(np.asarray(rows, dtype=np.float64))

@@ -5,6 +5,7 @@ import pytest
 
 from backend.predictor.features import (
     ATTENTION_WEIGHT,
+    PROGRESS_FIELDS,
     TPOT_BASE_FEATURES,
     TPOT_FEATURES,
     TTFT_BASE_FEATURES,
@@ -78,6 +79,18 @@ def test_optional_fields_default_to_zero_and_required_ones_are_named() -> None:
 def test_encoder_tokens_not_matched_count_as_uncached() -> None:
     X = ttft_features(_cols(encoder_input_size=[500, 10], encoder_matched_size=[100, 50]))
     np.testing.assert_allclose(_column(X, TTFT_FEATURES, "encoder_uncached_tokens"), [400, 0])
+
+
+def test_the_pods_progress_enters_the_ttft_trees_only() -> None:
+    """The progress fields say where a pod's work stands, not how much there is: the TTFT
+    model reads them as sent (0 from a router that sends none), the extrapolating base and the
+    TPOT model do not."""
+    X = ttft_features(_cols(ms_since_last_token=[12.5, 0], oldest_prefill_wait_ms=[80, 0]))
+    np.testing.assert_allclose(_column(X, TTFT_FEATURES, "ms_since_last_token"), [12.5, 0])
+    np.testing.assert_allclose(_column(X, TTFT_FEATURES, "oldest_prefill_wait_ms"), [80, 0])
+    assert np.all(_column(ttft_features(_cols()), TTFT_FEATURES, "ms_since_last_token") == 0)
+    assert not set(PROGRESS_FIELDS) & set(TTFT_BASE_FEATURES)
+    assert not set(PROGRESS_FIELDS) & set(TPOT_FEATURES)
 
 
 def test_base_features_are_model_features() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from backend.predictor.features import feature_matrix
+from backend.predictor.features import PROGRESS_FIELDS, feature_matrix
 from backend.predictor.window import WindowSpec
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
@@ -13,11 +15,16 @@ from backend.sim.online import FIELDS, OnlinePredictor
 PROFILE = load_profile("a100-llama3-8b")
 
 
+def _wire(rows: dict[str, Any], n: int) -> dict[str, Any]:
+    """Generated rows as the router's: a monolithic pod, no progress fields sent."""
+    return {**rows, "pod_type": np.zeros(n), **{f: np.zeros(n) for f in PROGRESS_FIELDS}}
+
+
 def _feed(
     p: OnlinePredictor, n: int, seed: int, scale: float = 1.0, cls: str | None = None
 ) -> None:
     rows = sample_rows(n, np.random.default_rng(seed), PROFILE)
-    wire = {**rows, "pod_type": np.zeros(n)}
+    wire = _wire(rows, n)
     for i in range(n):
         row = tuple(float(wire[f][i]) for f in FIELDS)
         p.add("ttft", row, float(rows["actual_ttft_ms"][i]) * scale, pod_class=cls)
@@ -42,8 +49,7 @@ def test_a_burst_of_outliers_does_not_take_the_simulated_model() -> None:
     record = p.history[-1]
     assert "outlier rows kept out of training" in record.reason
     probe = sample_rows(50, np.random.default_rng(9), PROFILE)
-    cols = {f: np.asarray(probe[f], dtype=np.float64) for f in FIELDS if f != "pod_type"}
-    cols["pod_type"] = np.zeros(50)
+    cols = {f: np.asarray(v, dtype=np.float64) for f, v in _wire(probe, 50).items() if f in FIELDS}
     # Whatever is active now learnt from ordinary rows only: it still predicts the pods.
     ttft, _ = p.predict(cols)
     assert float(np.median(ttft / probe["actual_ttft_ms"])) < 1.5
@@ -53,7 +59,7 @@ def _routed(p: OnlinePredictor, n: int, seed: int, optimism: float) -> None:
     """TTFT samples routed by the current model, whose served prediction was ``optimism``
     times too low (a router's winner's curse): the label is the truth, the prediction low."""
     rows = sample_rows(n, np.random.default_rng(seed), PROFILE)
-    wire = {**rows, "pod_type": np.zeros(n)}
+    wire = _wire(rows, n)
     cols = {f: np.asarray(wire[f], dtype=np.float64) for f in FIELDS}
     served, _ = p.predict(cols)
     actual = served / optimism  # what the pods did, against what the router was told
@@ -75,8 +81,9 @@ def test_live_rows_correct_the_served_mean_and_without_them_nothing_changes() ->
         model = p.models["ttft"]
         assert model is not None and model.calibration is not None
         probe = sample_rows(200, np.random.default_rng(9), PROFILE)
-        cols = {f: np.asarray(probe[f], dtype=np.float64) for f in FIELDS if f != "pod_type"}
-        cols["pod_type"] = np.zeros(200)
+        cols = {
+            f: np.asarray(v, dtype=np.float64) for f, v in _wire(probe, 200).items() if f in FIELDS
+        }
         ttft, _ = p.predict(cols)
         raw = model.predict(feature_matrix("ttft", cols))
         ratio = float(np.median(ttft / raw))
@@ -97,7 +104,7 @@ def test_outliers_kept_out_of_training_still_widen_the_live_spread() -> None:
     p.retrain(now=10.0)
     n = 1500
     rows = sample_rows(n, np.random.default_rng(1), PROFILE)
-    wire = {**rows, "pod_type": np.zeros(n)}
+    wire = _wire(rows, n)
     cols = {f: np.asarray(wire[f], dtype=np.float64) for f in FIELDS}
     served, _ = p.predict(cols)
     slow = np.random.default_rng(2).random(n) < 0.2

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
+
 from backend.scheduling.types import TransferConfig
 from backend.settings import DECIDED_HOLD_MS
 from backend.sim.gpu import load_profile
@@ -12,7 +14,7 @@ from backend.sim.pool import build_pool
 from backend.sim.routers import LLMD_PREDICTED_BEST, OURS, make_policy
 from backend.sim.routers.base import Route
 from backend.sim.routers.predicted import PredictedLatency
-from backend.sim.server import Request, Server
+from backend.sim.server import Request, Seq, Server
 from backend.sim.view import RouterView
 
 from .helpers import SLO
@@ -66,3 +68,22 @@ def test_headroom_holds_its_decisions_as_schedule_does_and_upstream_does_not() -
     first = route(upstream, 0, 3000)
     route(upstream, 1, 100)
     assert in_flight(upstream, first.pod) == (0, 0)
+
+
+def test_headroom_sends_the_pods_progress_and_upstream_sends_none() -> None:
+    """Headroom's router sends ``ms_since_last_token`` and ``oldest_prefill_wait_ms`` (its
+    optional wire fields); upstream's EPP does not, so its rows and candidates carry 0."""
+    for name, sends in ((OURS, True), (LLMD_PREDICTED_BEST, False)):
+        policy, view = bound(name, pods=1)
+        assert policy.config.send_progress is sends
+        view.dispatched[0] = 1
+        view.prefill_since[0][7] = 0.0
+        view.servers[0].enqueue(Seq(Request(7, 0.0, 3000, 10, [7], 0)), 0.0)
+        view.now = 0.004
+        route(policy, 0, 100)
+        c = policy._candidates[0]
+        expected = (pytest.approx(4.0), pytest.approx(4.0)) if sends else (0.0, 0.0)
+        assert (c.ms_since_last_token, c.oldest_prefill_wait_ms) == expected
+        assert policy._cols is not None
+        row = (policy._cols["ms_since_last_token"][0], policy._cols["oldest_prefill_wait_ms"][0])
+        assert row == expected
