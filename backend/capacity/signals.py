@@ -39,6 +39,8 @@ class PodGauges:
     decode_tokens_in_flight: int
     role: Role
     pod_class: str | None
+    ms_since_last_token: float = 0.0
+    oldest_prefill_wait_ms: float = 0.0
 
     def candidate(self) -> Candidate:
         return Candidate(
@@ -52,6 +54,10 @@ class PodGauges:
             decode_tokens_in_flight=self.decode_tokens_in_flight,
             role=self.role,
             pod_class=self.pod_class,
+            # The pod's progress as its latest sample saw it: a representative request is
+            # placed on the pod at one instant of its work, as a routed one is.
+            ms_since_last_token=self.ms_since_last_token,
+            oldest_prefill_wait_ms=self.oldest_prefill_wait_ms,
         )
 
 
@@ -98,6 +104,8 @@ class PoolSignals:
             decode_tokens_in_flight=row.decode_tokens_in_flight,
             role=_ROLES[row.pod_type],
             pod_class=row.pod_class,
+            ms_since_last_token=row.ms_since_last_token,
+            oldest_prefill_wait_ms=row.oldest_prefill_wait_ms,
         )
 
     def recent_arrivals(self, now: datetime, window_s: float) -> Arrivals:

@@ -159,6 +159,8 @@ def to_candidates(items: Sequence[CandidateIn]) -> list[Candidate]:
             topology=Topology(**c.topology.model_dump()) if c.topology else None,
             dispatched_requests=c.dispatched_requests,
             running_tpot_slos_ms=tuple(c.running_tpot_slos_ms),
+            ms_since_last_token=c.ms_since_last_token,
+            oldest_prefill_wait_ms=c.oldest_prefill_wait_ms,
         )
         for c in items
     ]

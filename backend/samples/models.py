@@ -64,6 +64,9 @@ class Sample(Base):
     decode_tokens_in_flight: Mapped[int] = mapped_column(Integer)
     encoder_input_size: Mapped[int] = mapped_column(Integer)
     encoder_matched_size: Mapped[int] = mapped_column(Integer)
+    # Ours, optional wire fields (0 when not sent): how far the pod's work had got.
+    ms_since_last_token: Mapped[float] = mapped_column(Float, server_default="0")
+    oldest_prefill_wait_ms: Mapped[float] = mapped_column(Float, server_default="0")
     pod_class: Mapped[str | None] = mapped_column(String(63))
     latency_ms: Mapped[float] = mapped_column(Float)
     predicted_ms: Mapped[float | None] = mapped_column(Float)
@@ -108,6 +111,8 @@ WINDOW_FEATURES: tuple[str, ...] = (
     "decode_tokens_in_flight",
     "encoder_input_size",
     "encoder_matched_size",
+    "ms_since_last_token",
+    "oldest_prefill_wait_ms",
 )
 
 # Column order used by ingestion (COPY and executemany) and by the benchmark's COPY ceiling.

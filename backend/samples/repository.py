@@ -145,6 +145,8 @@ _SIGNAL_COLUMNS = (
     Sample.num_request_running,
     Sample.prefill_tokens_in_flight,
     Sample.decode_tokens_in_flight,
+    Sample.ms_since_last_token,
+    Sample.oldest_prefill_wait_ms,
     Sample.pod_type,
     Sample.pod_class,
     Sample.input_token_length,

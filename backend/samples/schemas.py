@@ -76,6 +76,21 @@ class Features(BaseModel):
     decode_tokens_in_flight: int = _count(0, "Decode tokens in flight on the pod.")
     encoder_input_size: int = _count(0, "Multimodal encoder input size.")
     encoder_matched_size: int = _count(0, "Part of the encoder input already cached.")
+    ms_since_last_token: float = Field(
+        0.0,
+        ge=0,
+        le=MAX_LATENCY_MS,
+        description="Ours, optional: milliseconds since the pod last streamed a token to any "
+        "request (or became busy, if it has streamed none since); 0 with nothing in flight. "
+        "A router proxying the pod's streams knows it; the TTFT model reads it.",
+    )
+    oldest_prefill_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=MAX_LATENCY_MS,
+        description="Ours, optional: milliseconds since the oldest request dispatched to the "
+        "pod and still without its first token was dispatched; 0 when there is none.",
+    )
     pod_class: str | None = Field(
         None,
         max_length=63,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from fastapi.testclient import TestClient
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.app import create_app
 from backend.samples.models import Sample, TargetCode
+from backend.samples.repository import read_window
 from backend.settings import Settings
 from tests.factories import entry
 from tests.integration.conftest import production_settings
@@ -219,3 +221,21 @@ def test_oversized_body_is_413_by_header_and_when_streamed(
         ok = c.post("/v1/samples", json={"entries": [entry()]})
         assert ok.status_code == 200
     assert stored(engine) == 1
+
+
+def test_the_pods_progress_fields_are_stored_as_sent_and_default_to_zero(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    """Headroom's optional wire fields reach the window the trainer reads; a router that does
+    not send them (upstream's EPP) stores 0; a bad value is named and stores nothing."""
+    sent = entry(ms_since_last_token=12.5, oldest_prefill_wait_ms=80.25)
+    body = {"entries": [sent, entry(actual_ttft_ms=300.0)]}
+    assert client.post("/add_training_data_bulk", json=body).status_code == 202
+    with sessions() as s:
+        window = read_window(s, 1, TargetCode.TTFT)
+    order = np.argsort(window.labels)  # 300 ms (nothing sent), then 412 ms (sent)
+    np.testing.assert_array_equal(window.cols["ms_since_last_token"][order], [0.0, 12.5])
+    np.testing.assert_array_equal(window.cols["oldest_prefill_wait_ms"][order], [0.0, 80.25])
+    r = client.post("/add_training_data_bulk", json={"entries": [entry(oldest_prefill_wait_ms=-1)]})
+    assert r.status_code == 422
+    assert "oldest_prefill_wait_ms" in r.text

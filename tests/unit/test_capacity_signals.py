@@ -25,6 +25,8 @@ def row(id: int, pod: str | None, at: datetime, target: int = TargetCode.TTFT, *
         "num_request_running": 4,
         "prefill_tokens_in_flight": 100,
         "decode_tokens_in_flight": 0,
+        "ms_since_last_token": 0.0,
+        "oldest_prefill_wait_ms": 0.0,
         "pod_type": 0,
         "pod_class": None,
         "input_token_length": 1000,
