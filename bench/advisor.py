@@ -44,10 +44,10 @@ from backend.sim.protocol import (
     machine,
     run_protocol,
 )
-from backend.sim.routers import OURS, OURS_GREEDY_PD, OURS_NO_HOLD, REFERENCE
+from backend.sim.routers import OURS, OURS_GREEDY_PD, OURS_NO_HOLD, OURS_NO_PROGRESS, REFERENCE
 
 # Headroom's own policy, its experiments and ablations, and the look-ahead reference.
-NOT_PEERS = (OURS, OURS_NO_HOLD, OURS_GREEDY_PD, REFERENCE)
+NOT_PEERS = (OURS, OURS_NO_HOLD, OURS_NO_PROGRESS, OURS_GREEDY_PD, REFERENCE)
 
 
 def peers_of(policies: tuple[str, ...]) -> tuple[str, ...]:

@@ -3,12 +3,15 @@ policy, on the protocol's evaluation slices over several seeds. JSON.
 
     .venv/bin/python bench/live_accuracy.py [--suite azure:4,mooncake:1]
         [--policies headroom,llm-d-predicted-best] [--seeds 0,1,2] [--requests N] [--jobs 2]
+        [--tuning-slice]
 
 Each ``suite:load`` pair replays evaluation slice ``i`` (``backend/sim/protocol.py``: the
 slices after the tuning one) with seed ``seeds[i]``, with the benchmark's simulator defaults
 (step-time noise on, tied arrivals spread, the measured predictor-call delay) and the floor
 measured on every 10th request after 60 simulated seconds (``SimConfig.floor_every``). Policies
-run with their default options (the protocol's tuning is not repeated here).
+run with their default options (the protocol's tuning is not repeated here). ``--tuning-slice``
+runs every seed on slice 0 instead, where an option is chosen before the evaluation slices
+report it.
 
 Printed per (suite, load, policy, target): the floor's and the live predictions' MAPE, median
 bias and p90 absolute error on the sampled requests (like for like), mean and min-max over the
@@ -106,6 +109,18 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         )
         out[target] = row
     out["slo_attainment"] = _stats([r["slo_attainment"] for r in runs])
+    # Per seed, for rules that ask how many seeds moved, not only the mean.
+    out["per_seed"] = [
+        {
+            "seed": r["seed"],
+            "slice": r["slice"],
+            "ttft_live_mape_pct": r["error"]["ttft"]["live"].get("mape_pct"),
+            "ttft_live_sampled_mape_pct": r["error"]["ttft"]["live_sampled"].get("mape_pct"),
+            "ttft_floor_mape_pct": r["error"]["ttft"]["floor"].get("mape_pct"),
+            "slo_attainment": r["slo_attainment"],
+        }
+        for r in runs
+    ]
     coverage = [r["error"]["tpot_p90_coverage"] for r in runs]
     if any("share_pct" in c for c in coverage):
         out["tpot"]["p90_coverage"] = {
@@ -128,6 +143,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--requests", type=int, default=None, help="per slice (default: suite's)")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--tuning-slice",
+        action="store_true",
+        help="every seed on the protocol's tuning slice (slice 0), for choosing an option",
+    )
     args = parser.parse_args(argv)
     pairs = []
     for item in args.suite.split(","):
@@ -138,7 +158,14 @@ def main(argv: list[str]) -> int:
     policies = [p for p in args.policies.split(",") if p]
     seeds = [int(s) for s in args.seeds.split(",")]
     jobs = [
-        (name, load, policy, i, seed, args.requests or SUITES[name].slice_requests)
+        (
+            name,
+            load,
+            policy,
+            -1 if args.tuning_slice else i,
+            seed,
+            args.requests or SUITES[name].slice_requests,
+        )
         for name, load in pairs
         for policy in policies
         for i, seed in enumerate(seeds)
@@ -155,6 +182,7 @@ def main(argv: list[str]) -> int:
                 "machine": machine(),
                 "setup": {
                     "seeds": seeds,
+                    "slices": "the tuning slice (0)" if args.tuning_slice else "evaluation",
                     "requests_per_slice": {
                         n: args.requests or SUITES[n].slice_requests for n, _ in pairs
                     },

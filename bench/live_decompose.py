@@ -13,6 +13,8 @@ progress still runs. It then prints, on the floor's sampled requests (like for l
 - ``live``: the served predictions (online training, live calibration);
 - ``oracle_wire``: a hybrid model trained offline on the whole run's own rows (two-fold
   cross-fit by blocks of requests), the same wire features: what online training lag costs;
+- ``oracle_wire_no_progress``: the same without the pods' progress fields
+  (``ms_since_last_token``, ``oldest_prefill_wait_ms``: 0, as upstream's EPP sends them);
 - ``oracle_wire_router``: plus what the router itself knows and does not send (requests it
   dispatched to the pod and that are unfinished; those dispatched since the pod's last scrape);
 - ``oracle_true_gauges``: the wire row with the scraped gauges replaced by the true ones;
@@ -40,7 +42,12 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.predictor.features import TTFT_BASE_FEATURES, TTFT_FEATURES, ttft_features
+from backend.predictor.features import (
+    PROGRESS_FIELDS,
+    TTFT_BASE_FEATURES,
+    TTFT_FEATURES,
+    ttft_features,
+)
 from backend.predictor.regressors import HybridModel
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, SimResult, Simulation
@@ -219,6 +226,12 @@ def decompose(
     estimates: dict[str, FloatArray] = {
         "live": live,
         "oracle_wire": variant((), (), ()),
+        "oracle_wire_no_progress": crossfit(
+            ttft_features({**wire, **{k: np.zeros(len(y)) for k in PROGRESS_FIELDS}}),
+            y,
+            TTFT_FEATURES,
+            TTFT_BASE_FEATURES,
+        ),
         "oracle_wire_router": variant((), ROUTER_EXTRA, ROUTER_EXTRA),
         "oracle_true_gauges": variant(TRUE_GAUGES, (), ()),
         "oracle_true_work": variant(TRUE_GAUGES, TRUE_WORK, ("true_prefill_ahead",)),
