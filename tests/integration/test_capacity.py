@@ -126,7 +126,7 @@ def test_by_default_the_level_mixes_the_pods_as_they_stand_with_the_next_interva
     client: TestClient,
 ) -> None:
     capacity = runtime_of(client).settings.capacity
-    assert (capacity.arrival_window_s, capacity.present_weight) == (60.0, 0.6)
+    assert (capacity.arrival_window_s, capacity.present_weight) == (60.0, 0.7)
     entries = traffic(400, pods=4)  # gauges that vary: the models learn what load costs
     post(client, entries)
     set_slo(client, 2000, 100)
@@ -137,7 +137,8 @@ def test_by_default_the_level_mixes_the_pods_as_they_stand_with_the_next_interva
     assert {p["pod"]: p["requests"] for p in body["pods"]} == newest  # as their gauges say
     now, later = body["present_saturation"], body["next_interval_saturation"]
     assert later > now  # the burst queues on the pods
-    assert body["saturation"] == pytest.approx(0.6 * now + 0.4 * later)
+    w = capacity.present_weight
+    assert body["saturation"] == pytest.approx(w * now + (1 - w) * later)
     text = client.get("/metrics").text  # both parts as gauges beside the level
     assert f'headroom_pool_saturation_part{{part="present",pool="default"}} {float(now)}' in text
     assert (
