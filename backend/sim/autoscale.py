@@ -439,7 +439,10 @@ def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Can
     for p in pods:
         g = v.scraped(p)
         server = v.servers[p]
-        since, oldest = v.progress(p)
+        # Scaled to no load (the idle counterfactual) a pod has nothing in flight, so its
+        # progress is 0 as the wire defines it: a long prefill wait on an empty pod is a state
+        # the models never saw, and it read as a jammed pod (the ramp then never scaled down).
+        since, oldest = v.progress(p) if factor > 0.0 else (0.0, 0.0)
         out.append(
             Candidate(
                 name=server.name,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from backend.sim.autoscale import (
     QueueHpa,
     Scaler,
     WvaSaturation,
+    _candidates,
     ramp,
     run_autoscaled,
     step,
@@ -30,6 +32,8 @@ from backend.sim.routers import OURS, make_policy
 from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.traces import load_trace
 from backend.sim.view import Slo
+
+from .test_view import enqueue_at, view
 
 SLO = Slo(2000.0, 100.0)
 
@@ -215,3 +219,22 @@ def test_the_loop_hands_scalers_the_samples_the_epp_posted() -> None:
         assert {r.pod for r in rows} <= {"pod-0", "pod-1"}
     late = [rows for now, rows in spy.seen if now >= 60.0]
     assert all(any(r.target == "tpot" for r in rows) for rows in late)
+
+
+def test_the_idle_counterfactual_carries_no_progress() -> None:
+    """The predicted-saturation scaler prices its requests on the pods scaled to no load (what
+    would miss anyway). An idle pod has nothing in flight, so its progress fields are 0, as the
+    wire defines them; scaled by any other factor a pod keeps where its work stands."""
+    v = view(0.0)
+    enqueue_at(v, 1.0, 3)
+    v.dispatched[0], v.prefill_since[0] = 3, {0: 1.0, 1: 1.0, 2: 1.0}
+    v.now = 1.2
+    sim = SimpleNamespace(view=v)
+    busy, progress = _candidates(sim, [0], 1.0)[0], v.progress(0)  # type: ignore[arg-type]
+    assert progress[1] > 0.0 and busy.num_request_running + busy.num_request_waiting == 3
+    assert (busy.ms_since_last_token, busy.oldest_prefill_wait_ms) == progress
+    fewer = _candidates(sim, [0], 2.0)[0]  # type: ignore[arg-type]
+    assert (fewer.ms_since_last_token, fewer.oldest_prefill_wait_ms) == progress
+    idle = _candidates(sim, [0], 0.0)[0]  # type: ignore[arg-type]
+    assert idle.num_request_running + idle.num_request_waiting == 0
+    assert (idle.ms_since_last_token, idle.oldest_prefill_wait_ms) == (0.0, 0.0)
