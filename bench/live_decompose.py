@@ -1,7 +1,7 @@
 """Where the live TTFT error goes: a decomposition against the present-state floor. JSON.
 
     .venv/bin/python bench/live_decompose.py [--suite azure:4] [--seeds 0] [--requests N]
-        [--fresh-gauges] [--no-hold]
+        [--fresh-gauges] [--no-hold] [--tuning-slice] [--dump PREFIX]
 
 Runs Headroom's policy on evaluation slice ``i + 1`` with seed ``seeds[i]`` (the settings of
 ``bench/live_accuracy.py``: benchmark defaults, the floor on every 10th request after 60 s) and
@@ -25,6 +25,9 @@ progress still runs. It then prints, on the floor's sampled requests (like for l
 and the live error by load decile and by prompt-length quintile. ``--fresh-gauges`` runs the
 simulation with the router reading the pods' true gauges at every decision
 (``SimConfig.scrape_interval_s = 0``, a measurement option: no real router can).
+``--tuning-slice`` runs every seed on slice 0, where a model change is explored before the
+evaluation slices report it; ``--dump`` saves each run's rows (``PREFIX.SEED.npz``) for such
+exploration offline.
 """
 
 from __future__ import annotations
@@ -298,19 +301,23 @@ def main(argv: list[str]) -> int:
         "ledger's hold)",
     )
     parser.add_argument("--dump", default=None, help="save each run's rows here (.npz, per seed)")
+    parser.add_argument(
+        "--tuning-slice", action="store_true", help="every seed on slice 0 (the tuning slice)"
+    )
     args = parser.parse_args(argv)
     name, _, load = args.suite.partition(":")
     n = args.requests or SUITES[name].slice_requests
     runs = []
     for i, seed in enumerate(int(s) for s in args.seeds.split(",")):
         started = time.perf_counter()
+        replicate = -1 if args.tuning_slice else i
         sim, policy, result = simulate(
-            name, float(load), i, seed, n, args.fresh_gauges, not args.no_hold
+            name, float(load), replicate, seed, n, args.fresh_gauges, not args.no_hold
         )
         runs.append(
             {
                 "seed": seed,
-                "slice": i + 1,
+                "slice": replicate + 1,
                 "wall_s": round(time.perf_counter() - started, 1),
                 **decompose(sim, policy, result, f"{args.dump}.{seed}.npz" if args.dump else None),
             }
@@ -324,6 +331,7 @@ def main(argv: list[str]) -> int:
                     "requests_per_slice": n,
                     "fresh_gauges": args.fresh_gauges,
                     "decisions_held": not args.no_hold,
+                    "slices": "the tuning slice (0)" if args.tuning_slice else "evaluation",
                     "floor_every": FLOOR_EVERY,
                     "cross_fit_block": BLOCK,
                 },
