@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -10,11 +11,24 @@ from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.routers import make_policy
-from backend.sim.server import Done, Outcome, Server
+from backend.sim.server import Done, Outcome, Request, Seq, Server
 from backend.sim.traces import load_trace
-from backend.sim.view import Slo
+from backend.sim.view import RouterView, Slo
 
 SLO = Slo(2000.0, 100.0)
+
+
+def view(interval: float) -> RouterView:
+    """A router's view of one idle ``a100-llama3-8b`` pod, scraped every ``interval`` s."""
+    spec = build_pool(1, "a100-llama3-8b")[0]
+    server = Server(0, spec.name, load_profile(spec.profile))
+    return RouterView([server], SLO, random.Random(0), TransferConfig(), scrape_interval_s=interval)
+
+
+def enqueue_at(v: RouterView, t: float, requests: int) -> None:
+    """``requests`` 4,000-token prompts reach the view's pod at ``t``."""
+    for rid in range(requests):
+        v.servers[0].enqueue(Seq(Request(rid, t, 4000, 50, [], 0)), t)
 
 
 @dataclass

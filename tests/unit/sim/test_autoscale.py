@@ -33,7 +33,7 @@ from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.traces import load_trace
 from backend.sim.view import Slo
 
-from .test_view import enqueue_at, view
+from .helpers import enqueue_at, view
 
 SLO = Slo(2000.0, 100.0)
 

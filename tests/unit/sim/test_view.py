@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from backend.scheduling.types import TransferConfig
-from backend.sim.gpu import load_profile
-from backend.sim.pool import build_pool
-from backend.sim.server import FirstToken, Outcome, Request, Seq, Server
-from backend.sim.view import RouterView
+from backend.sim.server import FirstToken, Outcome, Request, Seq
 
-from .helpers import SLO
-
-
-def view(interval: float) -> RouterView:
-    spec = build_pool(1, "a100-llama3-8b")[0]
-    server = Server(0, spec.name, load_profile(spec.profile))
-    return RouterView([server], SLO, random.Random(0), TransferConfig(), scrape_interval_s=interval)
-
-
-def enqueue_at(v: RouterView, t: float, requests: int) -> None:
-    for rid in range(requests):
-        v.servers[0].enqueue(Seq(Request(rid, t, 4000, 50, [], 0)), t)
+from .helpers import enqueue_at, view
 
 
 def test_a_scrape_shows_the_pod_as_it_stood_at_the_last_scrape() -> None:
