@@ -385,16 +385,10 @@ def _found(
     prefilling ones add theirs. Every gauge rises with ``n``, ``prefilling`` and ``present``."""
     left = 1.0 if present is None or n0 <= 0.0 else min(1.0, present / n0)
     prefill = round(pod.prefill_tokens_in_flight * left + prefilling * per[3])
+    if left <= 0.0:
+        pod = without_progress(pod)  # none of the present requests is left
     if n < n0:
-        share = n / n0
-        return dataclasses.replace(
-            pod,
-            num_request_running=round(pod.num_request_running * share),
-            num_request_waiting=round(pod.num_request_waiting * share),
-            kv_cache_percentage=pod.kv_cache_percentage * share,
-            prefill_tokens_in_flight=prefill,
-            decode_tokens_in_flight=round(pod.decode_tokens_in_flight * share),
-        )
+        return dataclasses.replace(scaled(pod, n / n0), prefill_tokens_in_flight=prefill)
     extra = n - n0
     return dataclasses.replace(
         pod,
@@ -404,6 +398,29 @@ def _found(
         prefill_tokens_in_flight=prefill,
         decode_tokens_in_flight=pod.decode_tokens_in_flight + round(extra * per[4]),
     )
+
+
+def scaled(pod: Candidate, share: float) -> Candidate:
+    """``pod`` with its load gauges times ``share``: part of its work left (below 1), or the
+    same work spread over fewer pods (above 1). Scaled to no load it carries no progress
+    (``without_progress``)."""
+    out = dataclasses.replace(
+        pod,
+        num_request_running=round(pod.num_request_running * share),
+        num_request_waiting=round(pod.num_request_waiting * share),
+        kv_cache_percentage=min(1.0, pod.kv_cache_percentage * share),
+        prefill_tokens_in_flight=round(pod.prefill_tokens_in_flight * share),
+        decode_tokens_in_flight=round(pod.decode_tokens_in_flight * share),
+    )
+    return out if share > 0.0 else without_progress(out)
+
+
+def without_progress(pod: Candidate) -> Candidate:
+    """``pod`` with none of its present requests' progress: 0, as the wire sends for a pod with
+    nothing in flight. A long prefill wait kept on an emptied pod is a state no pod shows, which
+    the TTFT trees read as a jammed pod (the simulated scaler's idle counterfactual kept it and
+    never scaled down)."""
+    return dataclasses.replace(pod, ms_since_last_token=0.0, oldest_prefill_wait_ms=0.0)
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))

@@ -48,7 +48,13 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from backend.scheduling.saturation import Arrivals, Representative, Saturation, saturation
+from backend.scheduling.saturation import (
+    Arrivals,
+    Representative,
+    Saturation,
+    saturation,
+    scaled,
+)
 from backend.scheduling.types import Candidate, FloatArray
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.fromsamples import (
@@ -439,29 +445,25 @@ def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Can
     for p in pods:
         g = v.scraped(p)
         server = v.servers[p]
-        # Scaled to no load (the idle counterfactual) a pod has nothing in flight, so its
-        # progress is 0 as the wire defines it: a long prefill wait on an empty pod is a state
-        # the models never saw, and it read as a jammed pod (the ramp then never scaled down).
-        since, oldest = v.progress(p) if factor > 0.0 else (0.0, 0.0)
-        out.append(
-            Candidate(
-                name=server.name,
-                kv_cache_percentage=min(1.0, g.kv_cache_usage * factor),
-                input_token_length=0,
-                num_request_waiting=round(g.num_waiting * factor),
-                num_request_running=round(g.num_running * factor),
-                prefix_cache_score=0.0,
-                prefill_tokens_in_flight=round(v.prefill_inflight[p] * factor),
-                decode_tokens_in_flight=round(v.decode_inflight[p] * factor),
-                role=server.role,  # type: ignore[arg-type]
-                pod_class=server.profile.name,
-                topology=server.topology,
-                # Where each pod's work stands, as the router sends it (the service keeps each
-                # pod's latest sample's).
-                ms_since_last_token=since,
-                oldest_prefill_wait_ms=oldest,
-            )
+        since, oldest = v.progress(p)
+        pod = Candidate(
+            name=server.name,
+            kv_cache_percentage=g.kv_cache_usage,
+            input_token_length=0,
+            num_request_waiting=g.num_waiting,
+            num_request_running=g.num_running,
+            prefix_cache_score=0.0,
+            prefill_tokens_in_flight=v.prefill_inflight[p],
+            decode_tokens_in_flight=v.decode_inflight[p],
+            role=server.role,  # type: ignore[arg-type]
+            pod_class=server.profile.name,
+            topology=server.topology,
+            # Where each pod's work stands, as the router sends it (the service keeps each
+            # pod's latest sample's); none on a pod scaled to no load (the idle counterfactual).
+            ms_since_last_token=since,
+            oldest_prefill_wait_ms=oldest,
         )
+        out.append(scaled(pod, factor))
     return out
 
 

@@ -18,6 +18,7 @@ from backend.scheduling.saturation import (
     Saturation,
     project,
     saturation,
+    scaled,
 )
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
 from tests.unit.scheduling.helpers import pod
@@ -389,7 +390,14 @@ def test_the_replay_grid_below_the_present_load_holds_that_much_prefill_work() -
         seen.extend(rows)
         return np.full(len(rows), 100.0), np.full(len(rows), 10.0)
 
-    busy = pod("p0", num_request_running=4, num_request_waiting=4, prefill_tokens_in_flight=8000)
+    busy = pod(
+        "p0",
+        num_request_running=4,
+        num_request_waiting=4,
+        prefill_tokens_in_flight=8000,
+        ms_since_last_token=30.0,
+        oldest_prefill_wait_ms=900.0,
+    )
     arrivals = Arrivals((1.0, 2.0), 60.0, 50.0)
     assert project([busy], [Representative(1000, 0.0)], arrivals, recording)
     by_load: dict[int, Candidate] = {}
@@ -398,3 +406,26 @@ def test_the_replay_grid_below_the_present_load_holds_that_much_prefill_work() -
     assert by_load[0].prefill_tokens_in_flight == 0
     assert by_load[4].prefill_tokens_in_flight == 4000  # half the requests, half the work
     assert by_load[8].prefill_tokens_in_flight == 8000  # the present state as it stands
+    # The progress goes with the requests: the empty state has none (a 900 ms prefill wait on
+    # an empty pod reads as a jammed one), the others keep the oldest present one's.
+    assert (by_load[0].ms_since_last_token, by_load[0].oldest_prefill_wait_ms) == (0.0, 0.0)
+    assert by_load[4].oldest_prefill_wait_ms == by_load[8].oldest_prefill_wait_ms == 900.0
+
+
+def test_a_pod_scaled_to_no_load_carries_no_progress_and_one_scaled_up_keeps_it() -> None:
+    busy = pod(
+        "p0",
+        num_request_running=3,
+        num_request_waiting=1,
+        kv_cache_percentage=0.6,
+        prefill_tokens_in_flight=3000,
+        ms_since_last_token=12.0,
+        oldest_prefill_wait_ms=400.0,
+    )
+    idle = scaled(busy, 0.0)
+    assert (idle.num_request_running, idle.prefill_tokens_in_flight) == (0, 0)
+    assert (idle.ms_since_last_token, idle.oldest_prefill_wait_ms) == (0.0, 0.0)
+    fuller = scaled(busy, 2.0)  # the same work over half the pods
+    assert (fuller.num_request_running, fuller.num_request_waiting) == (6, 2)
+    assert fuller.kv_cache_percentage == 1.0  # a pod holds at most all its KV
+    assert (fuller.ms_since_last_token, fuller.oldest_prefill_wait_ms) == (12.0, 400.0)
