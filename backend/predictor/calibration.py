@@ -58,6 +58,8 @@ LIVE_ROWS: Final = 2000
 """The newest rows with a prediction that a live calibration is fitted on."""
 MIN_LIVE_ROWS: Final = 200
 """Below this many live rows the held-out rows are used instead."""
+MIN_MOVED_ROWS: Final = 10
+"""Fewest rows (held out from the version's training) behind a band's ``moved``; fewer, none."""
 POINTS: Final = 32
 """Quantiles of the spread kept per band, at levels (k + 0.5) / POINTS."""
 UPPER_QUANTILE: Final = 0.9
@@ -201,12 +203,16 @@ def fit_calibration(
     source: Source = "held_out",
     served: npt.ArrayLike | None = None,
     typical: npt.ArrayLike | None = None,
+    moved: npt.ArrayLike | None = None,
 ) -> Calibration | None:
     """Per-band spread (and with ``correct``, the median correction) of ``actual / predicted``;
     None with fewer than ``min_rows_per_band`` usable rows. With ``served`` (what each row's
     router was told) the spread's shape is taken from ``actual / served`` instead, about its
     band median. With ``typical`` (a mask), only those rows set the correction and the median
-    the spread is taken about; the spread's quantiles are over every row."""
+    the spread is taken about; the spread's quantiles are over every row. With ``moved`` (per
+    row, the version being calibrated's prediction over ``predicted``; NaN where unknown), the
+    correction is the band's median ratio less half (in log terms) of what that version has
+    already moved by (``LiveRows``), from at least ``MIN_MOVED_ROWS`` rows of the band."""
     if not 0.0 < quantile < 1.0:
         raise ValueError("quantile must be in (0, 1)")
     lo = np.asarray(load, dtype=np.float64).reshape(-1)
@@ -218,6 +224,7 @@ def fit_calibration(
     usual = np.ones(ok.shape, np.bool_) if typical is None else np.asarray(typical, np.bool_)
     lo, ratio, seen = lo[ok], true[ok] / pred[ok], true[ok] / told[ok]
     usual = usual.reshape(-1)[ok]
+    shifted = None if moved is None else np.asarray(moved, dtype=np.float64).reshape(-1)[ok]
     k = min(bands, int(usual.sum()) // min_rows_per_band)
     if k < 1:
         return None
@@ -244,7 +251,12 @@ def fit_calibration(
         rows = np.isin(band, g)
         mid = rows & usual
         shift = float(np.median(ratio[mid])) if correct else 1.0
-        correction.append(shift)
+        learned = 1.0
+        if correct and shifted is not None:
+            step = shifted[rows]
+            step = step[np.isfinite(step) & (step > 0)]
+            learned = float(np.sqrt(np.median(step))) if step.size >= MIN_MOVED_ROWS else 1.0
+        correction.append(shift / learned)
         spread = ratio[rows] / shift if served is None else seen[rows] / float(np.median(seen[mid]))
         points.append(tuple(float(x) for x in np.quantile(spread, levels)))
     return Calibration(
@@ -275,6 +287,16 @@ class LiveRows:
     """Rows the correction is fitted on (None: every row); the rest, the outliers the trainer
     keeps out of training, widen the spread only. The p90 must reach what the pods did to
     every routed request; the mean keeps describing the usual one, as the model does."""
+    moved: FloatArray | None = None
+    """Per row held out from the version's training, its own prediction over ``predicted`` (NaN
+    on the rows it trained on, which it fits too closely to tell; None: 1, the same version).
+    The rows' ratio to the serving versions' predictions carries the winner's curse of routing
+    on them, which the next version will have too, and their lag behind a change, such as a
+    growing burst, which a version trained on these rows has already learned. Counted twice, a
+    burst read 25 % optimistic made the next version read the next burst pessimistic; the
+    correction is divided by the square root of this part: half of it in log terms, since
+    taking all of it off read Azure code's top load deciles 13 % optimistic (the winner's curse
+    is in it too; docs/results/live_correction_lag_rule.txt)."""
 
 
 def calibrate(
@@ -305,6 +327,7 @@ def calibrate(
                 source="live",
                 served=None if live.served is None else np.asarray(live.served)[has],
                 typical=None if live.typical is None else np.asarray(live.typical)[has],
+                moved=None if live.moved is None else np.asarray(live.moved)[has],
             )
             if fitted is not None:
                 return fitted

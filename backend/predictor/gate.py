@@ -389,7 +389,7 @@ def train_round(
         # but they are what the pods did to requests routed by these predictions. Left out of the
         # spread too, the p90 lost its upper tail: the slow TPOTs more than 3x their prediction,
         # the ones that miss SLOs near saturation.
-        _calibrate_live(result.model, rows, rows.ids > from_id, use, active_all)
+        _calibrate_live(target, result.model, rows, rows.ids > from_id, use, active_all)
     scored = use & rows.is_test & (labels > 0)
     fresh = newest(rows.ids[scored], active.max_id, rules.min_test)
     note = "newest " if not fresh.all() else ""
@@ -435,6 +435,7 @@ def served_factors(
 
 
 def _calibrate_live(
+    target: Target,
     model: LatencyModel,
     rows: WindowRows,
     regime: npt.NDArray[np.bool_],
@@ -458,12 +459,23 @@ def _calibrate_live(
     routed = np.isfinite(served) & (served > 0)
     factor = rows.served_factor
     raw = served / factor[pick] if factor is not None else active_pred[pick]
+    # What the candidate already learned of the serving versions' error, on the rows it did not
+    # train on: on its own training rows it fits part of the winner's curse too.
+    held = np.flatnonzero(rows.is_test[pick])
+    moved = np.full(pick.size, np.nan)
+    if held.size:
+        own = predict_columns(
+            model, target, {k: np.asarray(v)[pick[held]] for k, v in rows.cols.items()}
+        )
+        with np.errstate(invalid="ignore", divide="ignore"):
+            moved[held] = np.asarray(own, dtype=np.float64) / raw[held]
     live = LiveRows(
         load,
         rows.labels[pick],
         np.where(routed, raw, np.nan),
         None if factor is not None else served,
         trained[pick],
+        moved,
     )
     fitted = calibrate(None, live)
     if fitted is not None:
