@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/autoscale.py [--trace mooncake-conversation] [--seeds 0,1,2]
         [--scalers queue-hpa,wva-saturation,headroom-saturation,headroom-desired]
-        (a baseline's knobs: queue-hpa@target=3, wva-saturation@kv_threshold=0.7,queue_spare=2)
+        (a baseline's knobs: queue-hpa@target=3, wva-saturation@kv_threshold=0.7/queue_spare=2)
         [--shapes ramp,step] [--base 0.2] [--peak 0.6] [--up-s 1200 | --short] [--step-s 600]
         [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
         [--startup-s 90] [--desired-target 0.95] [--desired-lookback-s 120]
@@ -83,7 +83,7 @@ def desired_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # A baseline's knobs on the command line: ``queue-hpa@target=3`` or
-# ``wva-saturation@kv_threshold=0.7,kv_spare=0.2,queue_threshold=3,queue_spare=2`` (WVA's
+# ``wva-saturation@kv_threshold=0.7/kv_spare=0.2/queue_threshold=3/queue_spare=2`` (WVA's
 # capacity-scaling ConfigMap: kvCacheThreshold, kvSpareTrigger, queueLengthThreshold,
 # queueSpareTrigger), so a baseline's whole frontier runs in one command.
 KNOBS = {
@@ -93,10 +93,11 @@ KNOBS = {
 
 
 def knobs(name: str) -> tuple[str, dict[str, float]]:
-    """``base@k=v,...`` -> (base, {k: v}), each ``k`` one of the base scaler's knobs."""
+    """``base@k=v/...`` -> (base, {k: v}), each ``k`` one of the base scaler's knobs (``/``, as
+    ``--scalers`` splits on commas)."""
     base, _, spec = name.partition("@")
     values: dict[str, float] = {}
-    for item in filter(None, spec.split(",")):
+    for item in filter(None, spec.split("/")):
         key, sep, value = item.partition("=")
         if not sep or key not in KNOBS.get(base, ()):
             allowed = ", ".join(KNOBS.get(base, ())) or "none"
