@@ -1,6 +1,6 @@
 """Headroom's scalers against the baselines' frontier at equal cost. JSON.
 
-    .venv/bin/python bench/autoscale_frontier.py RESULT.json [RESULT.json ...]
+    .venv/bin/python bench/autoscale_frontier.py RESULT.json|RESULTS.jsonl [...]
 
 Reads ``bench/autoscale.py`` outputs (any split of shapes, seeds and scalers across files) and
 applies the rule in ``docs/results/autoscale_frontier_rule.txt``. Every baseline configuration
@@ -90,8 +90,16 @@ def compare(headroom: Point, baselines: list[Point]) -> dict[str, Any]:
 def load(paths: list[str]) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
     """shape -> scaler -> seed -> run, pooled over the files."""
     runs: dict[str, dict[str, dict[int, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    docs = []
     for path in paths:
-        doc = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        # One bench/autoscale.py output, or many, one per line (``.jsonl``).
+        docs += (
+            [json.loads(x) for x in text.splitlines() if x.strip()]
+            if path.endswith(".jsonl")
+            else [json.loads(text)]
+        )
+    for doc in docs:
         # headroom-desired's target is not in its name: tell the targets apart.
         target = doc["config"]["desired_target"]
         for shape, scalers in doc["results"].items():
