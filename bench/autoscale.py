@@ -8,7 +8,7 @@
         [--startup-s 90] [--desired-target 0.95] [--desired-lookback-s 120]
         [--desired-plateau 0.01] [--desired-rate-window-s 0] [--desired-score-last-s 0]
         [--desired-interval-s 30]
-        [--saturation present|mix]
+        [--saturation present|mix] [--ttft-ms 2000] [--tpot-ms 100]
         [--mix-weight 0.6]
 
 Two traffic shapes (``backend/sim/autoscale.py``), each after ``--warmup-s`` at ``--base`` x the
@@ -64,7 +64,12 @@ from backend.sim.traces import TenantModel, load_trace
 from backend.sim.view import Slo
 from bench._common import machine, mean_min_max
 
-SLO = Slo(2000.0, 100.0)
+
+def slo(args: argparse.Namespace) -> Slo:
+    """The pool's SLOs (``--ttft-ms``, ``--tpot-ms``; Mooncake's suite's by default)."""
+    return Slo(args.ttft_ms, args.tpot_ms)
+
+
 SCALERS = ("queue-hpa", "wva-saturation", "headroom-saturation", "headroom-desired")
 
 
@@ -117,7 +122,7 @@ def _scaler(name: str, args: argparse.Namespace) -> Scaler:
     if name == "headroom-saturation":
         return PredictedSaturation(budget=1.0 - args.attainment)
     if name == "headroom-desired":
-        return DesiredReplicas(SLO, **desired_options(args))
+        return DesiredReplicas(slo(args), **desired_options(args))
     raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)} or fixed-N")
 
 
@@ -149,7 +154,7 @@ def one_run(args: argparse.Namespace, shape: str, scaler: Scaler, seed: int) -> 
         router,
         scaler,
         fleet,
-        SLO,
+        slo(args),
         seed,
         measure_from_s=warm,
         present_weight=None if args.saturation == "present" else args.mix_weight,
@@ -215,6 +220,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-s", type=float, default=240.0)
     parser.add_argument("--startup-s", type=float, default=90.0)
     parser.add_argument("--queue-target", type=float, default=5.0)
+    parser.add_argument("--ttft-ms", type=float, default=2000.0, help="the TTFT SLO")
+    parser.add_argument("--tpot-ms", type=float, default=100.0, help="the TPOT SLO")
     parser.add_argument("--attainment", type=float, default=0.95)
     parser.add_argument("--desired-target", type=float, default=0.95)
     parser.add_argument("--desired-lookback-s", type=float, default=120.0)
@@ -269,7 +276,7 @@ def main() -> None:
                 "machine": machine(),
                 "config": {
                     **vars(args),
-                    "slo": {"ttft_ms": SLO.ttft_ms, "tpot_ms": SLO.tpot_ms},
+                    "slo": {"ttft_ms": args.ttft_ms, "tpot_ms": args.tpot_ms},
                     "router": OURS,
                     "scale_down_stabilisation_s": 300.0,
                     "period_s": 15.0,

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from _common import machine
-from autoscale import SLO, arguments, desired_options, one_run
+from autoscale import arguments, desired_options, one_run, slo
 
 from backend.sim.autoscale import DesiredReplicas, Observation
 from backend.sim.fromsamples import simulate
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--shape", choices=("ramp", "step"), default="ramp")
     own, rest = parser.parse_known_args()
     args = arguments(rest)
-    scaler = Recording(SLO, **desired_options(args))
+    scaler = Recording(slo(args), **desired_options(args))
     started = time.process_time()
     result = one_run(args, own.shape, scaler, own.seed)
     arrival = result.outcomes.arrival
