@@ -13,7 +13,9 @@ the seeds' means:
   GPU-hours, at least 5 more points": met when every seed's lead is at least 5);
 - ``cost_ratio``: Headroom's GPU-hours over the hull's smallest cost reaching Headroom's
   attainment ("at equal or better attainment, at least 15 % fewer GPU-hours": met when every
-  seed's ratio is at most 0.85; None where no baseline point reaches it, which counts as met).
+  seed's ratio is at most 0.85). Where no baseline point reaches it, over the cost of the
+  baselines' best point (Headroom is then better on attainment, and is asked for the 15 % on
+  cost against that point: stricter than the first rule, which counted such a seed as met).
 """
 
 from __future__ import annotations
@@ -82,7 +84,11 @@ def compare(headroom: Point, baselines: list[Point]) -> dict[str, Any]:
         "baselines_at_equal_gpu_hours": round(best_at(hull, gpu), 4),
         "lead_points": round(100 * (att - best_at(hull, gpu)), 2),
         "baselines_gpu_hours_for_equal_attainment": None if need is None else round(need, 4),
-        "cost_ratio": None if need is None or need == 0 else round(gpu / need, 3),
+        # Past the frontier's top, the cost against its best point (stricter than None = met).
+        "cost_ratio": round(gpu / (hull[-1][0] if need is None else need), 3)
+        if need != 0
+        else None,
+        "baselines_never_reach": need is None,
         "hull": [[round(x, 4), round(y, 4)] for x, y in hull],
     }
 
@@ -148,8 +154,8 @@ def verdicts(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
             "per_seed": per_seed,
             "on_means": on_means,
             "equal_gpu_hours_5_points_met": all(c["lead_points"] >= 5 for c in per_seed.values()),
-            "fewer_gpu_hours_15_percent_met": all(r is None or r <= 0.85 for r in ratios),
-            "seeds_no_baseline_reaches": sum(r is None for r in ratios),
+            "fewer_gpu_hours_15_percent_met": all(r is not None and r <= 0.85 for r in ratios),
+            "seeds_no_baseline_reaches": sum(c["baselines_never_reach"] for c in per_seed.values()),
         }
     return {"seeds": seeds, "configurations": table, "headroom": out}
 

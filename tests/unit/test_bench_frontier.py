@@ -32,3 +32,9 @@ def test_compare_reads_the_lead_at_headrooms_own_cost() -> None:
     result = compare((4.35, 0.79), POINTS)
     assert result["lead_points"] == pytest.approx(7.0)
     assert result["cost_ratio"] == pytest.approx(4.35 / (2.7 + 3.3 * 0.15 / 0.16), abs=1e-3)
+
+
+def test_past_the_frontier_the_cost_is_read_against_its_best_point() -> None:
+    result = compare((5.0, 0.85), POINTS)  # more than any baseline point attains
+    assert result["baselines_never_reach"]
+    assert result["cost_ratio"] == pytest.approx(5.0 / 6.0, abs=1e-3)
