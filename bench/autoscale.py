@@ -107,7 +107,10 @@ def knobs(name: str) -> tuple[str, dict[str, float]]:
         if not sep or key not in KNOBS.get(base, ()):
             allowed = ", ".join(KNOBS.get(base, ())) or "none"
             raise SystemExit(f"{name!r}: {item!r} is not a knob of {base} (knobs: {allowed})")
-        values[key] = float(value)
+        try:
+            values[key] = float(value)
+        except ValueError:
+            raise SystemExit(f"{name!r}: {key} must be a number, not {value!r}") from None
     return base, values
 
 
@@ -118,7 +121,7 @@ def _scaler(name: str, args: argparse.Namespace) -> Scaler:
     if base == "queue-hpa":
         return QueueHpa(**{"target": args.queue_target, **values}, name=name)
     if base == "wva-saturation":
-        return WvaSaturation(**values, name=name)  # type: ignore[arg-type]
+        return WvaSaturation(**values, name=name)
     if name == "headroom-saturation":
         return PredictedSaturation(budget=1.0 - args.attainment)
     if name == "headroom-desired":

@@ -77,17 +77,17 @@ def compare(headroom: Point, baselines: list[Point]) -> dict[str, Any]:
     """One Headroom point (GPU-hours, attainment) against the baselines' points."""
     hull = upper_hull(baselines)
     gpu, att = headroom
+    level = best_at(hull, gpu)
     need = cost_for(hull, att)
+    # Past the frontier's top, the cost against its best point (stricter than None = met).
+    basis = hull[-1][0] if need is None else need
     return {
         "gpu_hours": round(gpu, 4),
         "attainment": round(att, 4),
-        "baselines_at_equal_gpu_hours": round(best_at(hull, gpu), 4),
-        "lead_points": round(100 * (att - best_at(hull, gpu)), 2),
+        "baselines_at_equal_gpu_hours": round(level, 4),
+        "lead_points": round(100 * (att - level), 2),
         "baselines_gpu_hours_for_equal_attainment": None if need is None else round(need, 4),
-        # Past the frontier's top, the cost against its best point (stricter than None = met).
-        "cost_ratio": round(gpu / (hull[-1][0] if need is None else need), 3)
-        if need != 0
-        else None,
+        "cost_ratio": round(gpu / basis, 3) if basis > 0 else None,
         "baselines_never_reach": need is None,
         "hull": [[round(x, 4), round(y, 4)] for x, y in hull],
     }
