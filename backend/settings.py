@@ -10,7 +10,7 @@ import itertools
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, Field, IPvAnyNetwork, SecretStr, field_validator
+from pydantic import BaseModel, Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -351,6 +351,14 @@ class CapacitySettings(BaseModel):
         description="Desired replicas replays the lookback's requests at the arrival rate of "
         "its last this many seconds, the pool's current rate (0: at the lookback's mean rate).",
     )
+    desired_lead_s: float = Field(
+        0.0,
+        ge=0,
+        description="Desired replicas replays the lookback's requests at the arrival rate "
+        "forecast this many seconds ahead, the pods' start-up (model load), so that the pods "
+        "asked for are sized for when they are ready (0: at the lookback's mean rate). "
+        "Exclusive with desired_rate_window_s.",
+    )
     desired_recalibrate_s: float = Field(
         600.0,
         ge=0,
@@ -381,6 +389,16 @@ class CapacitySettings(BaseModel):
         description="Saturation levels kept per pool in memory for the console's chart, one a "
         "tick (600 at 1 s: the last 10 minutes).",
     )
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> CapacitySettings:
+        # Both would be a contradiction the job could only report on every run: refuse at start.
+        if self.desired_rate_window_s > 0 and self.desired_lead_s > 0:
+            raise ValueError(
+                "desired_rate_window_s and desired_lead_s both choose the rate desired replicas "
+                "replays at: set one of them"
+            )
+        return self
 
 
 class IngestSettings(BaseModel):

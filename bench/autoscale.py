@@ -82,6 +82,7 @@ def desired_options(args: argparse.Namespace) -> dict[str, Any]:
         "min_pods": args.min_pods,
         "max_pods": args.max_pods,
         "rate_window_s": args.desired_rate_window_s or None,
+        "lead_s": args.desired_lead_s or None,
         "score_last_s": args.desired_score_last_s or None,
         "every_s": args.desired_interval_s,
     }
@@ -236,6 +237,13 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="replay the lookback at the rate of its last this many seconds (0: its mean rate)",
     )
     parser.add_argument(
+        "--desired-lead-s",
+        type=float,
+        default=0.0,
+        help="replay the lookback at the rate forecast this many seconds ahead, the pods' "
+        "start-up (0: its mean rate; the service's HEADROOM_CAPACITY__DESIRED_LEAD_S)",
+    )
+    parser.add_argument(
         "--desired-interval-s",
         type=float,
         default=30.0,
@@ -290,6 +298,8 @@ def main() -> None:
                         "lookback_s": args.desired_lookback_s,
                         "plateau": args.desired_plateau,
                         "rate_window_s": args.desired_rate_window_s,
+                        "lead_s": args.desired_lead_s,
+                        "trend_s": 300.0,
                         "score_last_s": args.desired_score_last_s,
                         "router": "llm-d-322",
                         "every_s": 30.0,

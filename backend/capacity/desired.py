@@ -80,7 +80,8 @@ class Estimate:
     calibration: Calibration
     rate_rps: float
     """The arrival rate replayed: the lookback's mean, or with ``desired_rate_window_s`` the
-    rate of its last seconds (``fromsamples.current_load``)."""
+    rate of its last seconds (``fromsamples.current_load``), or with ``desired_lead_s`` the
+    rate forecast that far ahead (``fromsamples.forecast_load``)."""
 
 
 def estimate(
@@ -103,6 +104,7 @@ def estimate(
         calibrated=calibrated,
         seed=seed,
         rate_window_s=settings.desired_rate_window_s or None,
+        lead_s=settings.desired_lead_s or None,
     )
     if est is None:
         return None

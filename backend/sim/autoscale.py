@@ -310,6 +310,12 @@ class DesiredReplicas:
     rate_window_s: float | None = None
     """Replay at the rate of the lookback's last this many seconds (``current_load``); None:
     at the lookback's mean rate."""
+    lead_s: float | None = None
+    """Replay at the rate forecast this long after the newest sample (``forecast_load``: the
+    pods' start-up); None: at the lookback's mean rate."""
+    trend_s: float = 300.0
+    """With ``lead_s``, the forecast's line is read over this long a history (the service's
+    default lookback), the replay's lookback staying ``lookback_s``."""
     score_last_s: float | None = None
     """Score each replay on its last this many seconds' requests; None: on all of them."""
     name: str = "headroom-desired"
@@ -334,6 +340,8 @@ class DesiredReplicas:
             calibrated=kept[1] if kept is not None else None,
             plateau=self.plateau,
             rate_window_s=self.rate_window_s,
+            lead_s=self.lead_s,
+            trend_rows=obs.samples(max(self.trend_s, self.lookback_s)) if self.lead_s else None,
             score_last_s=self.score_last_s,
         )
         if est is None:

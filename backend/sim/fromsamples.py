@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, SimResult, Simulation
@@ -652,21 +653,74 @@ def current_load(rows: Sequence[SampleRow], window_s: float) -> float:
     before it have been sampled. The same cut-off applies to the whole window's rate."""
     if not window_s > 0:
         raise ValueError("window_s must be > 0")
+    settled = _arrivals(rows)
+    if settled is None:
+        return 1.0
+    arrival, start, end = settled
+    if end - start <= window_s:
+        return 1.0
+    recent = int((arrival > end - window_s).sum())
+    if recent < MIN_REQUESTS:
+        return 1.0
+    return (recent / window_s) / (arrival.size / (end - start))
+
+
+FORECAST_BIN_S: Final = 10.0
+"""``forecast_load`` counts arrivals in bins this long and fits its line through the counts."""
+FORECAST_SIGNIFICANCE: Final = 2.0
+"""``forecast_load`` uses the line's slope only beyond this many standard errors from 0:
+bursty arrivals make a 2-minute window's slope noisy, and a scale-down stabilisation keeps
+every upward swing of the answer for minutes."""
+FORECAST_CLAMP: Final = (0.5, 2.0)
+"""The forecast's factor on the window's mean rate is kept within these bounds."""
+
+
+def _arrivals(rows: Sequence[SampleRow]) -> tuple[npt.NDArray[np.float64], float, float] | None:
+    """The settled arrivals of the TTFT samples (``current_load``'s reading), their window's
+    start and end; None with fewer than ``MIN_REQUESTS``."""
     ttft = [r for r in rows if r.target == "ttft"]
     if len(ttft) < MIN_REQUESTS:
-        return 1.0
+        return None
     observed = np.array([r.time_s for r in ttft])
     latency_s = np.array([r.latency_ms for r in ttft]) / 1000.0
     arrival = observed - latency_s
     end = float(observed.max()) - float(np.quantile(latency_s, SETTLE_QUANTILE))
-    start = float(arrival.min())
-    if end - start <= window_s:
+    return arrival[arrival <= end], float(arrival.min()), end
+
+
+def forecast_load(rows: Sequence[SampleRow], lead_s: float) -> float:
+    """How many times the samples' mean request rate the pool is forecast to run at ``lead_s``
+    after the newest sample: the factor that sizes the pods for when the ones asked for now
+    will be ready (a model load takes 60-120 s), where the mean rate lags a ramp by half the
+    window as well.
+
+    A least-squares line through the settled arrivals' counts (``current_load``'s reading) in
+    ``FORECAST_BIN_S`` bins, its slope used only beyond ``FORECAST_SIGNIFICANCE`` standard
+    errors, read at the newest sample's time plus ``lead_s`` over the bins' mean count and
+    clamped to ``FORECAST_CLAMP``. 1.0 with too few arrivals or bins, or no clear trend."""
+    if lead_s < 0:
+        raise ValueError("lead_s must be >= 0")
+    settled = _arrivals(rows)
+    if settled is None or lead_s == 0:
         return 1.0
-    recent = int(((arrival > end - window_s) & (arrival <= end)).sum())
-    if recent < MIN_REQUESTS:
+    arrival, start, end = settled
+    bins = int((end - start) // FORECAST_BIN_S)
+    if bins < 4 or arrival.size < MIN_REQUESTS:
         return 1.0
-    whole = int((arrival <= end).sum())
-    return (recent / window_s) / (whole / (end - start))
+    # Whole bins back from the settled end; the partial one at the start is left out.
+    edges = end - FORECAST_BIN_S * np.arange(bins, -1, -1, dtype=np.float64)
+    counts, _ = np.histogram(arrival, bins=edges)
+    mids = (edges[:-1] + edges[1:]) / 2.0
+    mean = float(counts.mean())
+    if mean <= 0:
+        return 1.0
+    (slope, _), cov = np.polyfit(mids, counts.astype(np.float64), 1, cov=True)
+    se = float(np.sqrt(max(cov[0, 0], 0.0)))
+    if not abs(slope) > FORECAST_SIGNIFICANCE * se:
+        return 1.0
+    newest = max(r.time_s for r in rows if r.target == "ttft")
+    factor = 1.0 + float(slope) * (newest + lead_s - float(mids.mean())) / mean
+    return float(np.clip(factor, *FORECAST_CLAMP))
 
 
 CALIBRATION_STEPS: Final = 3
@@ -682,7 +736,8 @@ class ReplicaEstimate:
     calibrated: bool
     """True: this call calibrated the pod (its simulations count); False: it was given one."""
     load: float = 1.0
-    """The factor on ``workload``'s rate at which the bisection replayed it (``current_load``)."""
+    """The factor on ``workload``'s rate at which the bisection replayed it (``current_load``
+    or ``forecast_load``)."""
     replayed: Trace | None = None
     """What the bisection replayed: ``workload.trace`` at the current rate (``load``)."""
 
@@ -704,6 +759,8 @@ def estimate_replicas(
     plateau: float = PLATEAU_TOLERANCE,
     seed: int = 0,
     rate_window_s: float | None = None,
+    lead_s: float | None = None,
+    trend_rows: Sequence[SampleRow] | None = None,
     score_last_s: float | None = None,
 ) -> ReplicaEstimate | None:
     """Desired replicas from a pool's samples: rebuild the requests (``build_workload``),
@@ -718,13 +775,25 @@ def estimate_replicas(
     is sized at the rate it has reached. The pod is calibrated on the requests as they came
     (their latencies were observed at that rate); ``ReplicaEstimate.load`` is the factor.
 
+    With ``lead_s`` it replays them at the rate forecast ``lead_s`` after the newest sample
+    (``forecast_load``, its line read from ``trend_rows``, by default ``rows``: a longer
+    history than the replay's tells a trend from a burst): the pods asked for now are ready
+    only after their start-up. One of ``rate_window_s`` and ``lead_s`` at most.
+
     With ``score_last_s`` each replay is scored on the requests of its last that many seconds
     (``desired_replicas``): the window's earlier requests load the pods but do not dilute a
     burst's misses with the calm before it."""
     if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
         return None
+    if rate_window_s and lead_s:
+        raise ValueError("rate_window_s and lead_s are two answers to one question: give one")
     observed = build_workload(rows, seed=seed)
-    load = current_load(rows, rate_window_s) if rate_window_s else 1.0
+    if rate_window_s:
+        load = current_load(rows, rate_window_s)
+    elif lead_s:
+        load = forecast_load(rows if trend_rows is None else trend_rows, lead_s)
+    else:
+        load = 1.0
     workload = replace(observed, trace=observed.trace.scaled(load)) if load != 1.0 else observed
     hi = max(max_replicas, 1)
 

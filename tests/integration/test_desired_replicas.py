@@ -16,7 +16,7 @@ from backend.capacity.desired import history, recent_rows, refresh_all
 from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.samples.models import Sample
 from backend.settings import CapacitySettings
-from backend.sim.fromsamples import current_load, record
+from backend.sim.fromsamples import current_load, forecast_load, record
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces import load_trace
 from tests.console import sign_in_new_user
@@ -179,3 +179,26 @@ def test_the_job_replays_at_the_current_rate_when_asked(client: TestClient) -> N
     load = current_load(rows, 5.0)
     assert load > 1.5  # the minute's arrivals crowd into its last seconds
     assert by_now == pytest.approx(by_mean * load)
+
+
+def test_the_job_replays_at_the_forecast_rate_with_a_lead(client: TestClient) -> None:
+    runtime = runtime_of(client)
+    set_slo(client, 2000, 100)
+    post(client, epp_samples())
+    mean_rate = runtime.settings.capacity
+    ahead = mean_rate.model_copy(update={"desired_lead_s": 30.0})
+
+    def stored_rate(settings: CapacitySettings) -> float:
+        assert refresh_all(runtime.sessions, settings) == 1
+        with runtime.sessions() as session:
+            return session.scalars(select(DesiredReplicas.rate_rps)).one()
+
+    by_mean = stored_rate(mean_rate)
+    by_lead = stored_rate(ahead)
+    # The stored rate is the one replayed: the lookback's mean scaled by the forecast 30 s
+    # ahead (read from the same rows the job read); this minute's arrivals rise through it.
+    with runtime.sessions() as session:
+        rows = recent_rows(session, 1, ahead, datetime.now(UTC))
+    load = forecast_load(rows, 30.0)
+    assert load > 1.2
+    assert by_lead == pytest.approx(by_mean * load)

@@ -15,6 +15,7 @@ from backend.sim.fromsamples import (
     current_load,
     desired_replicas,
     estimate_replicas,
+    forecast_load,
     record,
     rows_from_observations,
     simulate,
@@ -169,6 +170,81 @@ def test_current_load_stops_where_arrivals_may_not_have_their_first_token_yet() 
     rows = [r for t in np.arange(0.0, 300.0, 1.0) for r in _request(t + 5.0, 5000.0, 500, 1)]
     seen = [r for r in rows if r.time_s <= 300.0]  # sampled by t = 300
     assert current_load(seen, 60.0) == pytest.approx(1.0, rel=0.03)
+
+
+def _stream(rate: object, until_s: float, ttft_ms: float = 100.0) -> list[SampleRow]:
+    """Requests arriving at ``rate(t)`` a second (deterministic spacing) up to ``until_s``."""
+    times, t = [], 0.0
+    while t < until_s:
+        times.append(t)
+        t += 1.0 / rate(t)  # type: ignore[operator]
+    return [r for a in times for r in _request(a + ttft_ms / 1000.0, ttft_ms, 500, 1)]
+
+
+def test_forecast_load_reads_a_ramp_at_the_lead_and_a_flat_stream_as_its_mean() -> None:
+    # A ramp from 1 to 3 a second over 240 s: the mean, 2, is the rate at 120 s; 90 s after
+    # the newest sample (240 s) the line reads 3 + 2/240 x 90 = 3.75, 1.875 times the mean.
+    ramp = _stream(lambda t: 1.0 + 2.0 * t / 240.0, 240.0)
+    assert forecast_load(ramp, 90.0) == pytest.approx(1.875, rel=0.05)
+    # Without a lead: the rate now, 1.5 times the mean.
+    assert forecast_load(ramp, 1e-9) == pytest.approx(1.5, rel=0.05)
+    # Falling: the same ramp backwards reads below 1, never below the clamp's 0.5.
+    down = _stream(lambda t: 3.0 - 2.0 * t / 240.0, 240.0)
+    assert 0.5 <= forecast_load(down, 90.0) < 0.6
+    # Steep: clamped at 2.
+    assert forecast_load(ramp, 600.0) == 2.0
+    # A flat stream has no slope beyond its noise: its mean rate, exactly.
+    flat = _stream(lambda t: 2.0, 240.0)
+    assert forecast_load(flat, 90.0) == 1.0
+    # Lead 0, too few requests, or too short a window to fit a line through: the mean.
+    assert forecast_load(ramp, 0.0) == 1.0
+    assert forecast_load(ramp[: 2 * (MIN_REQUESTS - 1)], 90.0) == 1.0
+    assert forecast_load(_stream(lambda t: 5.0, 30.0), 90.0) == 1.0
+    with pytest.raises(ValueError):
+        forecast_load(ramp, -1.0)
+
+
+def test_forecast_load_ignores_a_slope_within_the_bursts_noise() -> None:
+    # Bursts of 20 requests every 30 s at no trend, one bin in three empty: a line through
+    # the counts tilts by chance, within its standard error, so the mean rate stands.
+    rng = np.random.default_rng(3)
+    times = sorted(
+        float(b + rng.uniform(0.0, 2.0)) for b in np.arange(0.0, 240.0, 30.0) for _ in range(20)
+    )
+    rows = [r for a in times for r in _request(a + 0.1, 100.0, 500, 1)]
+    assert forecast_load(rows, 90.0) == 1.0
+
+
+def test_estimate_replicas_replays_at_the_forecast_read_from_the_trend_rows() -> None:
+    ramp = _stream(lambda t: 1.0 + 2.0 * t / 240.0, 240.0)
+    recent = [r for r in ramp if r.time_s >= 180.0]  # the replay's shorter lookback
+    est = estimate_replicas(
+        recent,
+        DEFAULT_SLO,
+        0.9,
+        router="round-robin",
+        max_replicas=2,
+        lead_s=90.0,
+        trend_rows=ramp,
+    )
+    assert est is not None
+    assert est.load == pytest.approx(forecast_load(ramp, 90.0)) and est.load > 1.5
+    assert est.replayed is not None
+    assert est.replayed.duration_s == pytest.approx(est.workload.trace.duration_s / est.load)
+
+
+def test_estimate_replicas_takes_one_rate_rule_at_most() -> None:
+    rows = _stream(lambda t: 2.0, 120.0)
+    with pytest.raises(ValueError, match="give one"):
+        estimate_replicas(
+            rows,
+            DEFAULT_SLO,
+            0.9,
+            router="round-robin",
+            max_replicas=2,
+            rate_window_s=60.0,
+            lead_s=90.0,
+        )
 
 
 def test_a_replay_scored_on_its_last_seconds_counts_the_burst_not_the_calm() -> None:
