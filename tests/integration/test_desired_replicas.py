@@ -16,9 +16,11 @@ from backend.capacity.desired import history, recent_rows, refresh_all
 from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.samples.models import Sample
 from backend.settings import CapacitySettings
+from backend.sim.autoscale import ramp, warp
 from backend.sim.fromsamples import current_load, forecast_load, record
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces import load_trace
+from backend.sim.traces.loader import Trace
 from tests.console import sign_in_new_user
 from tests.integration.test_capacity import post, set_slo
 from tests.integration.test_prediction import runtime_of
@@ -31,10 +33,14 @@ def no_kept_calibration() -> None:
     desired_module._calibrations.clear()  # pool ids repeat from one test's database to the next
 
 
-def epp_samples(seconds: float = 60.0, pods: int = 2) -> list[dict[str, Any]]:
-    """What an EPP posts for a minute of Azure code traffic on two pods, stamped as if it
-    happened over the last minute, each request tagged with a prefix group."""
-    trace = load_trace("azure-code").scaled(3.0).window(0.0, seconds)
+def epp_samples(
+    seconds: float = 60.0, pods: int = 2, trace: Trace | None = None
+) -> list[dict[str, Any]]:
+    """What an EPP posts for a minute of Azure code traffic (or ``trace``, ``seconds`` long) on
+    two pods, stamped as if it happened over the last minute, each request tagged with a
+    prefix group."""
+    if trace is None:
+        trace = load_trace("azure-code").scaled(3.0).window(0.0, seconds)
     _, observations = record(trace, pods, GPU, "least-request", DEFAULT_SLO)
     start = datetime.now(UTC) - timedelta(seconds=seconds + 5)
     out = []
@@ -184,7 +190,9 @@ def test_the_job_replays_at_the_current_rate_when_asked(client: TestClient) -> N
 def test_the_job_replays_at_the_forecast_rate_with_a_lead(client: TestClient) -> None:
     runtime = runtime_of(client)
     set_slo(client, 2000, 100)
-    post(client, epp_samples())
+    # 90 s of Azure code rising from its own rate to 8 times it.
+    rising = warp(load_trace("azure-code"), ramp(1.0, 8.0, 90.0), 90.0)
+    post(client, epp_samples(90.0, trace=rising))
     mean_rate = runtime.settings.capacity
     ahead = mean_rate.model_copy(update={"desired_lead_s": 30.0})
 
@@ -196,7 +204,7 @@ def test_the_job_replays_at_the_forecast_rate_with_a_lead(client: TestClient) ->
     by_mean = stored_rate(mean_rate)
     by_lead = stored_rate(ahead)
     # The stored rate is the one replayed: the lookback's mean scaled by the forecast 30 s
-    # ahead (read from the same rows the job read); this minute's arrivals rise through it.
+    # ahead (read from the same rows the job read), well above the mean on this ramp.
     with runtime.sessions() as session:
         rows = recent_rows(session, 1, ahead, datetime.now(UTC))
     load = forecast_load(rows, 30.0)
