@@ -106,11 +106,13 @@ def load(paths: list[str]) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
             else [json.loads(text)]
         )
     for doc in docs:
-        # headroom-desired's target is not in its name: tell the targets apart.
+        # headroom-desired's target and look-ahead are not in its name: tell them apart.
         target = doc["config"]["desired_target"]
+        lead = doc["config"].get("desired_lead_s") or 0.0
+        desired = f"headroom-desired@target={target}" + (f"/lead_s={lead:g}" if lead else "")
         for shape, scalers in doc["results"].items():
             for name, summary in scalers.items():
-                key = f"{name}@target={target}" if name == "headroom-desired" else name
+                key = desired if name == "headroom-desired" else name
                 for run in summary["runs"]:
                     runs[shape][key][run["seed"]] = run
     return runs
