@@ -352,12 +352,12 @@ class CapacitySettings(BaseModel):
         "its last this many seconds, the pool's current rate (0: at the lookback's mean rate).",
     )
     desired_lead_s: float = Field(
-        0.0,
+        90.0,
         ge=0,
         description="Desired replicas replays the lookback's requests at the arrival rate "
         "forecast this many seconds ahead, the pods' start-up (model load), so that the pods "
         "asked for are sized for when they are ready (0: at the lookback's mean rate). "
-        "Exclusive with desired_rate_window_s.",
+        "Setting desired_rate_window_s replaces it.",
     )
     desired_recalibrate_s: float = Field(
         600.0,
@@ -392,12 +392,16 @@ class CapacitySettings(BaseModel):
 
     @model_validator(mode="after")
     def _one_rate(self) -> CapacitySettings:
-        # Both would be a contradiction the job could only report on every run: refuse at start.
+        # Both choose the rate the replay runs at. A rate window asked for replaces the default
+        # look-ahead (a deployment that set it before the look-ahead existed keeps working);
+        # both asked for is a contradiction the job could only report on every run.
         if self.desired_rate_window_s > 0 and self.desired_lead_s > 0:
-            raise ValueError(
-                "desired_rate_window_s and desired_lead_s both choose the rate desired replicas "
-                "replays at: set one of them"
-            )
+            if "desired_lead_s" in self.model_fields_set:
+                raise ValueError(
+                    "desired_rate_window_s and desired_lead_s both choose the rate desired "
+                    "replicas replays at: set one of them"
+                )
+            self.desired_lead_s = 0.0
         return self
 
 

@@ -82,7 +82,8 @@ def desired_options(args: argparse.Namespace) -> dict[str, Any]:
         "min_pods": args.min_pods,
         "max_pods": args.max_pods,
         "rate_window_s": args.desired_rate_window_s or None,
-        "lead_s": args.desired_lead_s or None,
+        # A rate window replaces the look-ahead, as in the service.
+        "lead_s": None if args.desired_rate_window_s else (args.desired_lead_s or None),
         "score_last_s": args.desired_score_last_s or None,
         "every_s": args.desired_interval_s,
     }
@@ -239,9 +240,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--desired-lead-s",
         type=float,
-        default=0.0,
+        default=CapacitySettings().desired_lead_s,
         help="replay the lookback at the rate forecast this many seconds ahead, the pods' "
-        "start-up (0: its mean rate; the service's HEADROOM_CAPACITY__DESIRED_LEAD_S)",
+        "start-up (the service's HEADROOM_CAPACITY__DESIRED_LEAD_S, 90 s; 0: its mean rate; "
+        "--desired-rate-window-s replaces it)",
     )
     parser.add_argument(
         "--desired-interval-s",
@@ -298,7 +300,7 @@ def main() -> None:
                         "lookback_s": args.desired_lookback_s,
                         "plateau": args.desired_plateau,
                         "rate_window_s": args.desired_rate_window_s,
-                        "lead_s": args.desired_lead_s,
+                        "lead_s": 0.0 if args.desired_rate_window_s else args.desired_lead_s,
                         "trend_s": 300.0,
                         "score_last_s": args.desired_score_last_s,
                         "router": "llm-d-322",

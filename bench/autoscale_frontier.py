@@ -108,7 +108,8 @@ def load(paths: list[str]) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
     for doc in docs:
         # headroom-desired's target and look-ahead are not in its name: tell them apart.
         target = doc["config"]["desired_target"]
-        lead = doc["config"].get("desired_lead_s") or 0.0
+        # The look-ahead the runs used (files from before it existed have none).
+        lead = doc["config"].get("desired", {}).get("lead_s") or 0.0
         desired = f"headroom-desired@target={target}" + (f"/lead_s={lead:g}" if lead else "")
         for shape, scalers in doc["results"].items():
             for name, summary in scalers.items():

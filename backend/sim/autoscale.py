@@ -310,9 +310,10 @@ class DesiredReplicas:
     rate_window_s: float | None = None
     """Replay at the rate of the lookback's last this many seconds (``current_load``); None:
     at the lookback's mean rate."""
-    lead_s: float | None = None
+    lead_s: float | None = 90.0
     """Replay at the rate forecast this long after the newest sample (``forecast_load``: the
-    pods' start-up); None: at the lookback's mean rate."""
+    pods' start-up; the service's default, ``HEADROOM_CAPACITY__DESIRED_LEAD_S``); None: at the
+    lookback's mean rate. A ``rate_window_s`` replaces it, as in the service."""
     trend_s: float = 300.0
     """With ``lead_s``, the forecast's line is read over this long a history (the service's
     default lookback), the replay's lookback staying ``lookback_s``."""
@@ -330,6 +331,7 @@ class DesiredReplicas:
         kept = self._calibration
         if kept is not None and obs.now - kept[0] > self.recalibrate_s:
             kept = None
+        lead = None if self.rate_window_s else self.lead_s
         est = estimate_replicas(
             obs.samples(self.lookback_s),
             self.slo,
@@ -340,8 +342,8 @@ class DesiredReplicas:
             calibrated=kept[1] if kept is not None else None,
             plateau=self.plateau,
             rate_window_s=self.rate_window_s,
-            lead_s=self.lead_s,
-            trend_rows=obs.samples(max(self.trend_s, self.lookback_s)) if self.lead_s else None,
+            lead_s=lead,
+            trend_rows=obs.samples(max(self.trend_s, self.lookback_s)) if lead else None,
             score_last_s=self.score_last_s,
         )
         if est is None:

@@ -168,7 +168,8 @@ def test_the_job_replays_at_the_current_rate_when_asked(client: TestClient) -> N
     runtime = runtime_of(client)
     set_slo(client, 2000, 100)
     post(client, epp_samples())
-    mean_rate = runtime.settings.capacity
+    # model_copy skips the settings' validator: say both of the rate's choices here.
+    mean_rate = runtime.settings.capacity.model_copy(update={"desired_lead_s": 0.0})
     current = mean_rate.model_copy(update={"desired_rate_window_s": 5.0})
 
     def stored_rate(settings: CapacitySettings) -> float:
@@ -193,7 +194,7 @@ def test_the_job_replays_at_the_forecast_rate_with_a_lead(client: TestClient) ->
     # 90 s of Azure code rising from its own rate to 8 times it.
     rising = warp(load_trace("azure-code"), ramp(1.0, 8.0, 90.0), 90.0)
     post(client, epp_samples(90.0, trace=rising))
-    mean_rate = runtime.settings.capacity
+    mean_rate = runtime.settings.capacity.model_copy(update={"desired_lead_s": 0.0})
     ahead = mean_rate.model_copy(update={"desired_lead_s": 30.0})
 
     def stored_rate(settings: CapacitySettings) -> float:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from backend.scheduling.types import TransferConfig
+from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
     AutoscaleResult,
     DesiredReplicas,
@@ -177,10 +178,14 @@ def test_desired_replicas_runs_the_services_estimate_on_the_posted_samples() -> 
     scaler = DesiredReplicas(SLO, target=0.9, lookback_s=90.0, min_pods=1, max_pods=6)
     obs = Observation(100.0, 2, 0, {}, _no_level, lambda s: None, samples)  # type: ignore[arg-type,return-value]
     got = scaler.desired(obs)
-    # The service's path on the same rows gives the same count (the simulations are seeded).
-    expected = estimate_replicas(rows, SLO, 0.9, router="llm-d-322", max_replicas=6)
+    # The service's path on the same rows gives the same count (the simulations are seeded),
+    # with the service's look-ahead, its trend read over 300 s of samples.
+    assert scaler.lead_s == CapacitySettings().desired_lead_s
+    expected = estimate_replicas(
+        rows, SLO, 0.9, router="llm-d-322", max_replicas=6, lead_s=scaler.lead_s, trend_rows=rows
+    )
     assert expected is not None and got == expected.desired.replicas
-    assert asked == [90.0] and scaler.runs[0].calibrated
+    assert asked == [90.0, 300.0] and scaler.runs[0].calibrated
     # Within every_s it holds its answer without a run.
     assert scaler.desired(replace(obs, now=120.0)) == got and len(scaler.runs) == 1
     # The next run keeps the calibration, as the service keeps a pool's.
