@@ -79,9 +79,9 @@ class Estimate:
     simulations: int
     calibration: Calibration
     rate_rps: float
-    """The arrival rate replayed: the lookback's mean, or with ``desired_rate_window_s`` the
-    rate of its last seconds (``fromsamples.current_load``), or with ``desired_lead_s`` the
-    rate forecast that far ahead (``fromsamples.forecast_load``)."""
+    """The arrival rate replayed: the rate forecast ``desired_lead_s`` ahead
+    (``fromsamples.forecast_load``; the lookback's mean without a clear trend or a lead), or
+    with ``desired_rate_window_s`` the rate of its last seconds (``fromsamples.current_load``)."""
 
 
 def estimate(

@@ -52,8 +52,10 @@ class DesiredReplicasRead(BaseModel):
     current_pods: int = Field(description="Pods seen in the replayed samples.")
     requests: int = Field(description="Requests rebuilt from the samples and replayed.")
     rate_rps: float = Field(
-        description="The arrival rate they were replayed at: the lookback's mean rate, or "
-        "with `HEADROOM_CAPACITY__DESIRED_RATE_WINDOW_S` the rate of its last seconds."
+        description="The arrival rate they were replayed at: the rate forecast "
+        "`HEADROOM_CAPACITY__DESIRED_LEAD_S` ahead (the lookback's mean rate where its "
+        "arrivals show no clear trend, or with a lead of 0), or with "
+        "`HEADROOM_CAPACITY__DESIRED_RATE_WINDOW_S` the rate of its last seconds."
     )
     profile: str = Field(description="The GPU profile the calibration chose.")
     scale: float = Field(description="The calibrated factor on the profile's step cost.")
