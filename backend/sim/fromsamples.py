@@ -714,8 +714,14 @@ def forecast_load(rows: Sequence[SampleRow], lead_s: float) -> float:
     mean = float(counts.mean())
     if mean <= 0:
         return 1.0
-    (slope, _), cov = np.polyfit(mids, counts.astype(np.float64), 1, cov=True)
-    se = float(np.sqrt(max(cov[0, 0], 0.0)))
+    # Least squares about the bins' mean time: the service's times are epoch seconds, where an
+    # uncentred fit (np.polyfit's) is numerically singular. The standard error as polyfit's.
+    x = mids - float(mids.mean())
+    y = counts.astype(np.float64)
+    sxx = float(x @ x)
+    slope = float(x @ (y - mean)) / sxx
+    residual = y - mean - slope * x
+    se = float(np.sqrt(float(residual @ residual) / (bins - 2) / sxx))
     if not abs(slope) > FORECAST_SIGNIFICANCE * se:
         return 1.0
     newest = max(r.time_s for r in rows if r.target == "ttft")

@@ -17,7 +17,7 @@ from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.samples.models import Sample
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import ramp, warp
-from backend.sim.fromsamples import current_load, forecast_load, record
+from backend.sim.fromsamples import SampleRow, current_load, forecast_load, record
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces import load_trace
 from backend.sim.traces.loader import Trace
@@ -164,50 +164,45 @@ def test_too_little_traffic_removes_the_stale_number(client: TestClient) -> None
     assert [p.computed_at for p in kept] == [recent]
 
 
-def test_the_job_replays_at_the_current_rate_when_asked(client: TestClient) -> None:
+def _replayed_rates(
+    client: TestClient, samples: list[dict[str, Any]], rate: dict[str, float]
+) -> tuple[float, float, list[SampleRow]]:
+    """The rate the job stores (the one it replayed) at the lookback's mean and with ``rate``'s
+    settings, and the rows it read."""
     runtime = runtime_of(client)
     set_slo(client, 2000, 100)
-    post(client, epp_samples())
+    post(client, samples)
     # model_copy skips the settings' validator: say both of the rate's choices here.
     mean_rate = runtime.settings.capacity.model_copy(update={"desired_lead_s": 0.0})
-    current = mean_rate.model_copy(update={"desired_rate_window_s": 5.0})
+    asked = mean_rate.model_copy(update=rate)
 
     def stored_rate(settings: CapacitySettings) -> float:
         assert refresh_all(runtime.sessions, settings) == 1
         with runtime.sessions() as session:
             return session.scalars(select(DesiredReplicas.rate_rps)).one()
 
-    by_mean = stored_rate(mean_rate)
-    by_now = stored_rate(current)
+    by_mean, by_asked = stored_rate(mean_rate), stored_rate(asked)
+    with runtime.sessions() as session:
+        rows = recent_rows(session, 1, asked, datetime.now(UTC))
+    return by_mean, by_asked, rows
+
+
+def test_the_job_replays_at_the_current_rate_when_asked(client: TestClient) -> None:
+    by_mean, by_now, rows = _replayed_rates(client, epp_samples(), {"desired_rate_window_s": 5.0})
     # The stored rate is the one replayed: the lookback's mean scaled by its last 5 s'
     # (read from the same rows the job read).
-    with runtime.sessions() as session:
-        rows = recent_rows(session, 1, current, datetime.now(UTC))
     load = current_load(rows, 5.0)
     assert load > 1.5  # the minute's arrivals crowd into its last seconds
     assert by_now == pytest.approx(by_mean * load)
 
 
 def test_the_job_replays_at_the_forecast_rate_with_a_lead(client: TestClient) -> None:
-    runtime = runtime_of(client)
-    set_slo(client, 2000, 100)
     # 90 s of Azure code rising from its own rate to 8 times it.
     rising = warp(load_trace("azure-code"), ramp(1.0, 8.0, 90.0), 90.0)
-    post(client, epp_samples(90.0, trace=rising))
-    mean_rate = runtime.settings.capacity.model_copy(update={"desired_lead_s": 0.0})
-    ahead = mean_rate.model_copy(update={"desired_lead_s": 30.0})
-
-    def stored_rate(settings: CapacitySettings) -> float:
-        assert refresh_all(runtime.sessions, settings) == 1
-        with runtime.sessions() as session:
-            return session.scalars(select(DesiredReplicas.rate_rps)).one()
-
-    by_mean = stored_rate(mean_rate)
-    by_lead = stored_rate(ahead)
+    samples = epp_samples(90.0, trace=rising)
+    by_mean, by_lead, rows = _replayed_rates(client, samples, {"desired_lead_s": 30.0})
     # The stored rate is the one replayed: the lookback's mean scaled by the forecast 30 s
     # ahead (read from the same rows the job read), well above the mean on this ramp.
-    with runtime.sessions() as session:
-        rows = recent_rows(session, 1, ahead, datetime.now(UTC))
     load = forecast_load(rows, 30.0)
     assert load > 1.2
     assert by_lead == pytest.approx(by_mean * load)

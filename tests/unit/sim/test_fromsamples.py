@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -193,6 +195,13 @@ def test_forecast_load_reads_a_ramp_at_the_lead_and_a_flat_stream_as_its_mean() 
     assert 0.5 <= forecast_load(down, 90.0) < 0.6
     # Steep: clamped at 2.
     assert forecast_load(ramp, 600.0) == 2.0
+    # The service's times are epoch seconds: the same traffic there reads the same (an
+    # uncentred line through such times can be numerically singular: it failed the job once).
+    short = _stream(lambda t: 1.0 + 4.0 * t / 60.0, 60.0)
+    for rows in (ramp, short):
+        for offset in (1.7e9, 1_764_000_000.37, 1.8e9 + 0.5):
+            epoch = [dataclasses.replace(r, time_s=r.time_s + offset) for r in rows]
+            assert forecast_load(epoch, 90.0) == pytest.approx(forecast_load(rows, 90.0), rel=1e-6)
     # A flat stream has no slope beyond its noise: its mean rate, exactly.
     flat = _stream(lambda t: 2.0, 240.0)
     assert forecast_load(flat, 90.0) == 1.0
