@@ -3,10 +3,12 @@ back from the REST field and the Prometheus gauge of an API process."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
@@ -16,7 +18,6 @@ from backend.capacity.desired import history, recent_rows, refresh_all
 from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.samples.models import Sample
 from backend.settings import CapacitySettings
-from backend.sim.autoscale import ramp, warp
 from backend.sim.fromsamples import SampleRow, current_load, forecast_load, record
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces import load_trace
@@ -197,12 +198,14 @@ def test_the_job_replays_at_the_current_rate_when_asked(client: TestClient) -> N
 
 
 def test_the_job_replays_at_the_forecast_rate_with_a_lead(client: TestClient) -> None:
-    # 90 s of Azure code rising from its own rate to 8 times it.
-    rising = warp(load_trace("azure-code"), ramp(1.0, 8.0, 90.0), 90.0)
-    samples = epp_samples(90.0, trace=rising)
-    by_mean, by_lead, rows = _replayed_rates(client, samples, {"desired_lead_s": 30.0})
-    # The stored rate is the one replayed: the lookback's mean scaled by the forecast 30 s
+    # 120 Azure code requests over a minute, arriving at 1 + t / 30 a second (1 to 3).
+    n = np.arange(120, dtype=np.float64)
+    at = 30.0 * (np.sqrt(1.0 + n / 15.0) - 1.0)  # t + t^2 / 60 = n
+    rising = dataclasses.replace(load_trace("azure-code").head(120), arrival_s=at, tick_s=0.0)
+    samples = epp_samples(60.0, trace=rising)
+    by_mean, by_lead, rows = _replayed_rates(client, samples, {"desired_lead_s": 10.0})
+    # The stored rate is the one replayed: the lookback's mean scaled by the forecast 10 s
     # ahead (read from the same rows the job read), well above the mean on this ramp.
-    load = forecast_load(rows, 30.0)
-    assert load > 1.2
+    load = forecast_load(rows, 10.0)
+    assert 1.2 < load < 2.0  # not at the clamp
     assert by_lead == pytest.approx(by_mean * load)
