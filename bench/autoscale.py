@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
+    TREND_S,
     AutoscaleResult,
     DesiredReplicas,
     Fixed,
@@ -300,8 +301,8 @@ def main() -> None:
                         "lookback_s": args.desired_lookback_s,
                         "plateau": args.desired_plateau,
                         "rate_window_s": args.desired_rate_window_s,
-                        "lead_s": 0.0 if args.desired_rate_window_s else args.desired_lead_s,
-                        "trend_s": 300.0,
+                        "lead_s": desired_options(args)["lead_s"] or 0.0,
+                        "trend_s": TREND_S,
                         "score_last_s": args.desired_score_last_s,
                         "router": "llm-d-322",
                         "every_s": 30.0,

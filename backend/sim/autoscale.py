@@ -43,7 +43,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -286,6 +286,11 @@ class PredictedSaturation:
         return obs.replicas
 
 
+TREND_S: Final = 300.0
+"""How long a history the simulated desired-replicas scaler reads its look-ahead's line from:
+the service's default lookback, which it reads the line from."""
+
+
 @dataclass
 class DesiredReplicas:
     """Headroom's desired replicas, by the service's own path: every ``every_s`` the samples
@@ -314,7 +319,7 @@ class DesiredReplicas:
     """Replay at the rate forecast this long after the newest sample (``forecast_load``: the
     pods' start-up; the service's default, ``HEADROOM_CAPACITY__DESIRED_LEAD_S``); None: at the
     lookback's mean rate. A ``rate_window_s`` replaces it, as in the service."""
-    trend_s: float = 300.0
+    trend_s: float = TREND_S
     """With ``lead_s``, the forecast's line is read over this long a history (the service's
     default lookback), the replay's lookback staying ``lookback_s``."""
     score_last_s: float | None = None

@@ -656,7 +656,7 @@ def current_load(rows: Sequence[SampleRow], window_s: float) -> float:
     settled = _arrivals(rows)
     if settled is None:
         return 1.0
-    arrival, start, end = settled
+    arrival, start, end, _ = settled
     if end - start <= window_s:
         return 1.0
     recent = int((arrival > end - window_s).sum())
@@ -675,17 +675,20 @@ FORECAST_CLAMP: Final = (0.5, 2.0)
 """The forecast's factor on the window's mean rate is kept within these bounds."""
 
 
-def _arrivals(rows: Sequence[SampleRow]) -> tuple[npt.NDArray[np.float64], float, float] | None:
+def _arrivals(
+    rows: Sequence[SampleRow],
+) -> tuple[npt.NDArray[np.float64], float, float, float] | None:
     """The settled arrivals of the TTFT samples (``current_load``'s reading), their window's
-    start and end; None with fewer than ``MIN_REQUESTS``."""
+    start and end, and the newest sample's time; None with fewer than ``MIN_REQUESTS``."""
     ttft = [r for r in rows if r.target == "ttft"]
     if len(ttft) < MIN_REQUESTS:
         return None
     observed = np.array([r.time_s for r in ttft])
     latency_s = np.array([r.latency_ms for r in ttft]) / 1000.0
     arrival = observed - latency_s
-    end = float(observed.max()) - float(np.quantile(latency_s, SETTLE_QUANTILE))
-    return arrival[arrival <= end], float(arrival.min()), end
+    newest = float(observed.max())
+    end = newest - float(np.quantile(latency_s, SETTLE_QUANTILE))
+    return arrival[arrival <= end], float(arrival.min()), end, newest
 
 
 def forecast_load(rows: Sequence[SampleRow], lead_s: float) -> float:
@@ -703,7 +706,7 @@ def forecast_load(rows: Sequence[SampleRow], lead_s: float) -> float:
     settled = _arrivals(rows)
     if settled is None or lead_s == 0:
         return 1.0
-    arrival, start, end = settled
+    arrival, start, end, newest = settled
     bins = int((end - start) // FORECAST_BIN_S)
     if bins < 4 or arrival.size < MIN_REQUESTS:
         return 1.0
@@ -724,8 +727,7 @@ def forecast_load(rows: Sequence[SampleRow], lead_s: float) -> float:
     se = float(np.sqrt(float(residual @ residual) / (bins - 2) / sxx))
     if not abs(slope) > FORECAST_SIGNIFICANCE * se:
         return 1.0
-    newest = max(r.time_s for r in rows if r.target == "ttft")
-    factor = 1.0 + float(slope) * (newest + lead_s - float(mids.mean())) / mean
+    factor = 1.0 + slope * (newest + lead_s - float(mids.mean())) / mean
     return float(np.clip(factor, *FORECAST_CLAMP))
 
 
