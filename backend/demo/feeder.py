@@ -17,7 +17,10 @@ them up like any others.
 The simulated router is the service's own: the scheduling library with the pool's stored policy
 (re-read every tick, so an edit on the Policies page changes the demo's routing) predicting with
 the models the service serves for the pool, and the library's heuristic fallback until the first
-one is active. Each sample carries the prediction the router used for it, so live error shows.
+one is active. Each sample carries the prediction the router used for it, so live error shows;
+every 10th request is also run on a copy of its pod with no later arrivals (the present-state
+floor), kept beside its prediction in ``knowable`` for the Models page's "live error against
+what was knowable".
 When a trace is over, a fresh simulation replays it again with the next seed.
 """
 
@@ -56,6 +59,7 @@ from backend.policies.service import (
 )
 from backend.pools.schemas import PoolCreate
 from backend.pools.service import PoolNotFound, create_pool, get_pool
+from backend.predictor.knowable import FloorWindow
 from backend.predictor.regressors import LatencyModel
 from backend.predictor.serving import ModelStore, ServedModel
 from backend.samples.schemas import TrainingEntry
@@ -98,6 +102,9 @@ class DemoPool:
         )
 
 
+FLOOR_EVERY = 10
+"""Every 10th request is also run on a copy of its pod with no later arrivals (the benchmark's
+sampling): the Models page's live error against what was knowable."""
 # Each pool receives about 20 requests (35 samples) a second: a first model at the first
 # training round, the window visibly filling within a minute, and training that keeps up on a
 # laptop. Mooncake's trace (3.4 requests/s, 12k-token prompts) keeps eight A100s busy at its own
@@ -112,6 +119,7 @@ DEMO_SETUP = (
             pods=8,
             slo=Slo(2000.0, 100.0),
             pod_prefix="a100",
+            floor_every=FLOOR_EVERY,
         ),
         speed=6.0,
     ),
@@ -124,6 +132,7 @@ DEMO_SETUP = (
             load=4.0,
             slo=Slo(500.0, 50.0),
             pod_prefix="h100",
+            floor_every=FLOOR_EVERY,
         ),
         speed=1.0,
     ),
@@ -226,6 +235,8 @@ class DemoFeeder:
         self.seed = seed
         self.speed = speed
         self.replays: dict[str, TraceReplay] = {}
+        # The live predictions beside the floor, per pool and target (the Models page's).
+        self.knowable = FloorWindow()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.password = ""
@@ -341,6 +352,8 @@ class DemoFeeder:
                     self.runtime.rng,
                 )
             added += result.ttft_rows + result.tpot_rows
+            for o in observations:  # beside what was ingested, not before it
+                self.knowable.add(demo.name, o.target, o.label_ms, o.predicted_ms, o.floor_ms)
         return added
 
     def observe(self, demo: DemoPool, seconds: float) -> list[Observation]:

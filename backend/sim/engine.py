@@ -34,6 +34,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from backend.predictor.features import Target
 from backend.scheduling.transfer import distance
 from backend.scheduling.types import TransferConfig
 from backend.sim.gpu import load_profile
@@ -443,6 +444,11 @@ class Simulation:
         ):
             self._measure_floor(server, seq, now)
         self._schedule_pod(server, server.enqueue(seq, now))
+
+    def floor_ms(self, target: Target, rid: int) -> float:
+        """Request ``rid``'s present-state floor for ``target`` (measured at its dispatch); NaN
+        when it was not sampled (``SimConfig.floor_every``) or has not been dispatched yet."""
+        return float((self._floor_ttft if target == "ttft" else self._floor_tpot)[rid])
 
     def _measure_floor(self, server: Server, seq: Seq, now: float) -> None:
         """Run a noise-free copy of the pod with this request and no later arrivals to its

@@ -57,6 +57,9 @@ class Observation:
     row: Row  # wire features at dispatch, in ``FIELDS`` order
     label_ms: float
     predicted_ms: float  # what the router predicted for it; NaN if it predicted nothing
+    floor_ms: float = math.nan
+    """The present-state floor for it (``ReplaySpec.floor_every``); NaN where not sampled.
+    Not part of what the EPP sends: the console sets it beside the live error."""
 
     def features(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -175,6 +178,9 @@ class Recorder(RoutingPolicy):
         return self.inner.summary()
 
 
+FLOOR_WARMUP_S: Final = 60.0
+"""Simulated seconds of each lap before the floor is sampled (the benchmark's: the first
+models are young)."""
 DEFAULT_SLO: Final = Slo(2000.0, 100.0)
 """The benchmark's SLOs (2 s to the first token, 100 ms per output token)."""
 
@@ -198,6 +204,9 @@ class ReplaySpec:
     seed: int = 0
     pod_prefix: str = "pod"
     """Pods are named ``{pod_prefix}-{i}``."""
+    floor_every: int = 0
+    """Measure the present-state floor on every n-th request (``SimConfig.floor_every``; 0:
+    off), after each lap's first ``FLOOR_WARMUP_S``: observations carry it as ``floor_ms``."""
 
 
 class TraceReplay:
@@ -237,9 +246,23 @@ class TraceReplay:
             self._trace,
             self.pods,
             self.recorder,
-            SimConfig(self.spec.slo, seed=seed, transfer=self.fabric),
+            SimConfig(
+                self.spec.slo,
+                seed=seed,
+                transfer=self.fabric,
+                floor_every=self.spec.floor_every,
+                floor_warmup_s=FLOOR_WARMUP_S,
+            ),
         )
         self.now = 0.0
+
+    def _taken(self) -> list[Observation]:
+        """The recorder's observations since the last call, with their floor where sampled
+        (measured at dispatch, so known by the first token)."""
+        taken = self.recorder.take()
+        if not self.spec.floor_every:
+            return taken
+        return [dataclasses.replace(o, floor_ms=self.sim.floor_ms(o.target, o.rid)) for o in taken]
 
     def advance(self, seconds: float) -> list[Observation]:
         """Run ``seconds`` of simulated time further; the observations made meanwhile."""
@@ -248,7 +271,7 @@ class TraceReplay:
         while True:
             until = self.now + left
             more = self.sim.run_until(until)
-            out += self.recorder.take()
+            out += self._taken()
             if more:
                 self.elapsed_s += until - self.now
                 self.now = until

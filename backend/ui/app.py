@@ -118,6 +118,7 @@ class Console:
         self.state.advisor = runtime.advisor
         if self.settings.ui.demo:
             self.demo = DemoFeeder(runtime).start()
+            self.state.knowable = self.demo.knowable
 
     def stop(self) -> None:
         if self.demo is not None:

@@ -15,6 +15,7 @@ from backend.deps import SessionDep
 from backend.exceptions import Forbidden
 from backend.pools.models import DEFAULT_POOL, Pool
 from backend.pools.service import PoolNotFound, list_pools
+from backend.predictor.knowable import FloorWindow
 from backend.settings import Settings
 from backend.ui.templating import Renderer
 from backend.whatif.runner import WhatIfRunner
@@ -32,6 +33,8 @@ class ConsoleState:
     renderer: Renderer
     whatif: WhatIfRunner | None = None
     advisor: WhatIfRunner | None = None  # the runtime's (shared with the API's advice routes)
+    # Demo mode: the simulated router's predictions beside their present-state floor.
+    knowable: FloorWindow | None = None
     # What "now" is for session expiry and the sign-in limits; tests move it instead of sleeping.
     clock: Clock = field(default=utcnow)
 

@@ -23,6 +23,7 @@ from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.capacity.service import CapacityMonitor, PoolReport
 from backend.pools.models import Pool
 from backend.predictor.evaluation import evaluate
+from backend.predictor.knowable import AgainstFloor, FloorWindow
 from backend.predictor.live_bias import OPTIMISTIC_BEYOND, HighLoadBias
 from backend.predictor.regressors import LatencyModel
 from backend.predictor.serving import ModelStore
@@ -492,11 +493,20 @@ class ModelsView:
     mape_series: list[dict[str, Any]] = field(default_factory=list)
     high_load: dict[int, HighLoadBias] = field(default_factory=dict)
     """Version id -> its live median bias in the top load decile."""
+    knowable: AgainstFloor | None = None
+    """A simulated pool's live error beside the present-state floor on the same requests."""
 
 
 def models_view(
-    session: Session, store: ModelStore, pool: Pool, target: TargetCode, limit: int = 100
+    session: Session,
+    store: ModelStore,
+    pool: Pool,
+    target: TargetCode,
+    limit: int = 100,
+    knowable: FloorWindow | None = None,
 ) -> ModelsView:
+    """``knowable``: the demo's window of predictions beside their floor (None outside the
+    demo: a real pod cannot be copied to measure one)."""
     versions = list(registry.list_versions(session, pool.id, target, limit))
     active = registry.active_version(session, pool.id, target)
     scatter = held_out_scatter(session, store, pool, target, active) if active else None
@@ -518,6 +528,7 @@ def models_view(
         live=recent_samples(session, datetime.now(UTC)).live_error(pool.id, target),
         mape_series=series,
         high_load=registry.high_load_biases(session, versions),
+        knowable=knowable.summary(pool.name, target.label) if knowable is not None else None,
     )
 
 

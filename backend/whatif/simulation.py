@@ -13,8 +13,9 @@ from typing import Any
 
 from backend.policies.mapping import to_scheduling
 from backend.policies.schemas import PolicySpec
+from backend.predictor.knowable import against_floor
 from backend.scheduling.types import TransferConfig
-from backend.sim.engine import SimConfig, Simulation, max_context
+from backend.sim.engine import SimConfig, SimResult, Simulation, max_context
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.report import QUANTILES, summarize
@@ -68,7 +69,31 @@ _ROWS: tuple[tuple[str, str, str | None, float, int, bool], ...] = (
     ("Goodput (req/s)", "goodput_rps", None, 1.0, 2, True),
     ("Shed requests", "shed", None, 1.0, 0, False),
     ("Prefix cache hit rate (%)", "prefix_hit_rate", None, 100.0, 1, True),
+    # The live error beside what was knowable (``knowable_figures``); n/a before the first
+    # model or with too few sampled requests.
+    ("Live TTFT error (MAPE, %)", "live_ttft_mape", None, 100.0, 1, False),
+    ("TTFT error knowable at dispatch (floor MAPE, %)", "floor_ttft_mape", None, 100.0, 1, False),
+    ("Live TPOT error (MAPE, %)", "live_tpot_mape", None, 100.0, 1, False),
+    ("TPOT error knowable at dispatch (floor MAPE, %)", "floor_tpot_mape", None, 100.0, 1, False),
 )
+FLOOR_EVERY = 10
+"""Every 10th request (after the first minute) also runs on a copy of its pod with no later
+arrivals: the present-state floor the live error is shown beside."""
+FLOOR_WARMUP_S = 60.0
+
+
+def knowable_figures(result: SimResult) -> dict[str, float | None]:
+    """The live predictions' MAPE and the floor's, per target, on the requests that have both
+    (``backend.predictor.knowable``, as the demo's Models page computes it)."""
+    out: dict[str, float | None] = {}
+    for target, actual, predicted, floor in (
+        ("ttft", result.ttft_ms, result.predicted_ttft_ms, result.floor_ttft_ms),
+        ("tpot", result.tpot_ms, result.predicted_tpot_ms, result.floor_tpot_ms),
+    ):
+        against = against_floor(actual, predicted, floor)
+        out[f"live_{target}_mape"] = against.live.mape if against else None
+        out[f"floor_{target}_mape"] = against.floor.mape if against else None
+    return out
 
 
 def _value(summary: dict[str, Any], key: str, sub: str | None, scale: float) -> float | None:
@@ -139,10 +164,15 @@ def compare_policies(job: WhatIfJob, progress: Progress) -> dict[str, Any]:
             done += count
             progress(done / total, message)
 
-        sim = Simulation(
-            trace, pool, _policy(label, spec), SimConfig(slo, seed=SEED, transfer=fabric)
+        config = SimConfig(
+            slo,
+            seed=SEED,
+            transfer=fabric,
+            floor_every=FLOOR_EVERY,
+            floor_warmup_s=FLOOR_WARMUP_S,
         )
-        summaries[label] = summarize(sim.run(step), slo)
+        result = Simulation(trace, pool, _policy(label, spec), config).run(step)
+        summaries[label] = summarize(result, slo) | knowable_figures(result)
     base, cand = summaries["active"], summaries["edited"]
     rows = [
         _row(label, _value(base, key, sub, scale), _value(cand, key, sub, scale), digits, higher)

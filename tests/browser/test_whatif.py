@@ -26,8 +26,12 @@ def test_start_a_whatif_from_the_policy_form_and_save_its_policy(
     job = page.locator("#job")
     expect(job).to_have_attribute("data-status", "done", timeout=180_000)
     table = page.get_by_test_id("comparison")
-    expect(table.locator("tbody tr")).to_have_count(11)
+    expect(table.locator("tbody tr")).to_have_count(15)
     expect(table.locator("tbody tr").first).to_contain_text("SLO attainment")
+    # Each run's live prediction error beside what was knowable at dispatch (n/a on this
+    # short run: the floor is sampled after the first simulated minute).
+    expect(table).to_contain_text("Live TTFT error (MAPE, %)")
+    expect(table).to_contain_text("TTFT error knowable at dispatch (floor MAPE, %)")
     # Three plots, each drawn by Chart.js.
     expect(page.locator("canvas[data-chart]")).to_have_count(3)
     page.wait_for_function(

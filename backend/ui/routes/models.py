@@ -26,7 +26,13 @@ def models_page(
     choice: PoolDep,
     target: Literal["ttft", "tpot"] = Query("ttft"),
 ) -> Response:
-    view = models_view(session, runtime.store, choice.selected, TargetCode.from_label(target))
+    view = models_view(
+        session,
+        runtime.store,
+        choice.selected,
+        TargetCode.from_label(target),
+        knowable=state.knowable,
+    )
     return state.renderer.page(
         request,
         "models.html",

@@ -26,7 +26,8 @@ from backend.demo.feeder import (
 from backend.deps import Runtime
 from backend.policies.mapping import to_scheduling
 from backend.policies.service import policy_for_pool, update_policy
-from backend.pools.service import ensure_default_pool
+from backend.pools.service import ensure_default_pool, get_pool
+from backend.predictor.knowable import MIN_ROWS
 from backend.predictor.serving import ModelStore
 from backend.registry.locks import LocalLocks
 from backend.registry.trainer import Trainer
@@ -35,6 +36,7 @@ from backend.scheduling.types import TransferConfig
 from backend.settings import Settings, UISettings
 from backend.sim.replay import Observation, TraceReplay
 from backend.sim.traces import load_trace
+from backend.ui.views import models_view
 
 
 @pytest.fixture
@@ -147,6 +149,19 @@ def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) ->
         assert all(math.isfinite(s.predicted_ms or math.nan) for s in with_prediction)
     h100 = _samples(runtime, "h100", TargetCode.TPOT)
     assert any(s.predicted_ms is not None for s in h100)
+    # Every 10th request also ran on a copy of its pod at dispatch: the Models page's live
+    # error against what was knowable (Mooncake plays six times faster: past the lap's first
+    # minute by now; Azure's conversation trace in real time is not yet).
+    for _ in range(5):
+        feeder.tick(1.0)
+    with runtime.sessions() as session:
+        default = get_pool(session, "default")
+        view = models_view(
+            session, runtime.store, default, TargetCode.TTFT, knowable=feeder.knowable
+        )
+    assert view.knowable is not None and view.knowable.n >= MIN_ROWS
+    assert 0.0 < view.knowable.floor.mape < view.knowable.live.mape
+    assert feeder.knowable.summary("h100", "ttft") is None
 
 
 def test_a_policy_edit_changes_the_demo_routing(runtime: Runtime) -> None:

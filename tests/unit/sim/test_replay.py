@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -12,7 +13,13 @@ from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
-from backend.sim.replay import DEFAULT_SLO, Observation, ReplaySpec, TraceReplay
+from backend.sim.replay import (
+    DEFAULT_SLO,
+    FLOOR_WARMUP_S,
+    Observation,
+    ReplaySpec,
+    TraceReplay,
+)
 from backend.sim.routers import make_policy
 from backend.sim.traces import load_trace
 
@@ -166,3 +173,27 @@ def test_a_predicting_router_reports_its_predictions() -> None:
         next(o for o in observations if math.isfinite(o.predicted_ms)).entry()
     )
     assert (entry.predicted_ttft_ms or entry.predicted_tpot_ms or 0.0) > 0
+
+
+def test_observations_carry_the_floor_when_sampled_and_it_only_observes() -> None:
+    spec = ReplaySpec(
+        trace="azure-conv", gpu=H100, pods=2, load=4.0, duration_s=90.0, seed=5, floor_every=5
+    )
+    plain = TraceReplay(dataclasses.replace(spec, floor_every=0)).advance(90.0)
+    sampled = TraceReplay(spec).advance(90.0)
+    # The copy of the pod runs aside: the replay itself is unchanged, and so is what the EPP
+    # is sent (the floor is not a wire field).
+    assert [(o.rid, o.target, o.label_ms) for o in sampled] == [
+        (o.rid, o.target, o.label_ms) for o in plain
+    ]
+    assert all(math.isnan(o.floor_ms) for o in plain)
+    assert [o.entry() for o in sampled] == [o.entry() for o in plain]
+    ttft = [o for o in sampled if o.target == "ttft"]
+    with_floor = [o for o in ttft if math.isfinite(o.floor_ms)]
+    # Every 5th request dispatched after the lap's first minute.
+    late = [o for o in ttft if o.time_s - o.label_ms / 1000.0 >= FLOOR_WARMUP_S]
+    assert all(o in late for o in with_floor)
+    assert 0.15 * len(late) < len(with_floor) < 0.25 * len(late)
+    # No later arrivals and no step noise: the copy is never much slower than the pod was.
+    ratio = np.array([o.floor_ms / o.label_ms for o in with_floor])
+    assert np.median(ratio) <= 1.0 and ratio.max() < 1.5
