@@ -353,7 +353,9 @@ class DemoFeeder:
                 )
             added += result.ttft_rows + result.tpot_rows
             for o in observations:  # beside what was ingested, not before it
-                self.knowable.add(demo.name, o.target, o.label_ms, o.predicted_ms, o.floor_ms)
+                self.knowable.add(
+                    demo.name, o.target, o.label_ms, o.predicted_ms, o.floor_ms, o.load
+                )
         return added
 
     def observe(self, demo: DemoPool, seconds: float) -> list[Observation]:

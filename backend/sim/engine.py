@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from backend.predictor.features import Target
+from backend.predictor.knowable import load_deciles
 from backend.scheduling.transfer import distance
 from backend.scheduling.types import TransferConfig
 from backend.sim.gpu import load_profile
@@ -172,18 +173,6 @@ class SimResult:
             self.predicted_tpot_p90_ms, self.tpot_ms, self.dispatch_load, deciles
         )
         return out
-
-
-def load_deciles(load: npt.NDArray[np.int64], deciles: int) -> list[npt.NDArray[np.intp]]:
-    """Row indices in ``deciles`` equal-sized groups by rank of the load, so that a load shared
-    by many requests does not leave deciles empty. Ties are broken at random (seeded: the same
-    groups every run), so that the deciles sharing one load are each a sample of it. Broken by
-    request order, they were slices of time: on Azure code at load 4 a third of the requests
-    find an idle pod, and the "lowest decile" was the run's first such requests, served by the
-    first models (+59 % TPOT median bias there against -3 and -0.3 % in the next two deciles,
-    all at load 0)."""
-    tiebreak = np.random.default_rng(0).permutation(load.size)
-    return np.array_split(np.lexsort((tiebreak, load)), deciles)
 
 
 def _coverage_stats(

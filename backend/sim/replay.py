@@ -43,6 +43,7 @@ from backend.sim.view import RouterView, Slo
 
 POD_TYPE_NAMES: Final = {code: name for name, code in POD_TYPE_CODES.items()}
 _INT_FIELDS: Final = frozenset(COUNT_FIELDS)
+_RUNNING, _WAITING = FIELDS.index("num_request_running"), FIELDS.index("num_request_waiting")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,11 @@ class Observation:
     floor_ms: float = math.nan
     """The present-state floor for it (``ReplaySpec.floor_every``); NaN where not sampled.
     Not part of what the EPP sends: the console sets it beside the live error."""
+
+    @property
+    def load(self) -> float:
+        """Requests running + waiting on the pod when it was routed (as its features say)."""
+        return float(self.row[_RUNNING] + self.row[_WAITING])
 
     def features(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

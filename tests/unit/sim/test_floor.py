@@ -8,12 +8,12 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
+from backend.predictor.knowable import load_deciles
 from backend.scheduling.types import TransferConfig
 from backend.sim.engine import (
     PREDICTOR_CALL_MS,
     SimConfig,
     Simulation,
-    load_deciles,
     predictor_call_ms,
 )
 from backend.sim.gpu import load_profile
