@@ -37,14 +37,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.sim.engine import SimResult
+from backend.sim.engine import FLOOR_EVERY, SimConfig, SimResult
 from backend.sim.protocol import SUITES, Job, figures, machine, simulate
 from backend.sim.report import met_slo
 from backend.sim.routers import LLMD_PREDICTED_BEST, OURS
 from backend.sim.view import Slo
 
-FLOOR_EVERY = 10
-FLOOR_WARMUP_S = 60.0
+FLOOR_WARMUP_S = SimConfig.floor_warmup_s
 DEFAULT_RUNS = "azure:4,mooncake:1"
 DEFAULT_POLICIES = f"{OURS},{LLMD_PREDICTED_BEST}"
 EARLY_S = 120.0

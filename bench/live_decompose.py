@@ -53,7 +53,7 @@ from backend.predictor.features import (
 )
 from backend.predictor.regressors import HybridModel
 from backend.scheduling.types import TransferConfig
-from backend.sim.engine import SimConfig, SimResult, Simulation
+from backend.sim.engine import FLOOR_EVERY, SimConfig, SimResult, Simulation
 from backend.sim.gpu import load_profile
 from backend.sim.online import columns
 from backend.sim.protocol import SUITES, Job, _pool, arrivals, machine
@@ -64,8 +64,7 @@ from backend.sim.server import Request, Server
 from backend.sim.traces.loader import UNIT_TOKENS
 from backend.sim.view import Slo
 
-FLOOR_EVERY = 10
-FLOOR_WARMUP_S = 60.0
+FLOOR_WARMUP_S = SimConfig.floor_warmup_s
 BLOCK = 100
 """Cross-fit folds alternate by blocks of this many requests (neighbours share load)."""
 

@@ -65,6 +65,7 @@ from backend.predictor.serving import ModelStore, ServedModel
 from backend.samples.schemas import TrainingEntry
 from backend.samples.service import ingest
 from backend.scheduling.types import SchedulingPolicy, TransferConfig
+from backend.sim.engine import FLOOR_EVERY
 from backend.sim.gpu import load_profile
 from backend.sim.online import OnlinePredictor
 from backend.sim.replay import Observation, ReplaySpec, TraceReplay
@@ -102,9 +103,6 @@ class DemoPool:
         )
 
 
-FLOOR_EVERY = 10
-"""Every 10th request is also run on a copy of its pod with no later arrivals (the benchmark's
-sampling): the Models page's live error against what was knowable."""
 # Each pool receives about 20 requests (35 samples) a second: a first model at the first
 # training round, the window visibly filling within a minute, and training that keeps up on a
 # laptop. Mooncake's trace (3.4 requests/s, 12k-token prompts) keeps eight A100s busy at its own

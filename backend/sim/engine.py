@@ -70,6 +70,11 @@ in 1.15 ms p50 (same machine, loopback). Issue 16 quotes about 10 ms and 1.5 ms;
 own measurements are used."""
 
 
+FLOOR_EVERY: Final = 10
+"""The floor's sampling wherever it is measured (benchmarks, the demo, the what-if): every 10th
+request, after ``SimConfig.floor_warmup_s``."""
+
+
 @dataclass(frozen=True)
 class SimConfig:
     slo: Slo
@@ -97,7 +102,7 @@ class SimConfig:
     policy's predictor call (``PREDICTOR_CALL_MS`` by predictor kind; 0 for a policy that calls
     no predictor); a number: that delay for every request, whatever the policy."""
     floor_every: int = 0
-    """Measure the present-state floor on every n-th request (0: off; the benchmark uses 10)."""
+    """Measure the present-state floor on every n-th request (0: off; ``FLOOR_EVERY``)."""
     floor_warmup_s: float = 60.0
     """Simulated seconds before the floor is sampled (the predictors' first models and
     retrains; the cache warms up)."""

@@ -184,9 +184,6 @@ class Recorder(RoutingPolicy):
         return self.inner.summary()
 
 
-FLOOR_WARMUP_S: Final = 60.0
-"""Simulated seconds of each lap before the floor is sampled (the benchmark's: the first
-models are young)."""
 DEFAULT_SLO: Final = Slo(2000.0, 100.0)
 """The benchmark's SLOs (2 s to the first token, 100 ms per output token)."""
 
@@ -212,7 +209,8 @@ class ReplaySpec:
     """Pods are named ``{pod_prefix}-{i}``."""
     floor_every: int = 0
     """Measure the present-state floor on every n-th request (``SimConfig.floor_every``; 0:
-    off), after each lap's first ``FLOOR_WARMUP_S``: observations carry it as ``floor_ms``."""
+    off), after each lap's first ``SimConfig.floor_warmup_s``: observations carry it as
+    ``floor_ms``."""
 
 
 class TraceReplay:
@@ -257,7 +255,6 @@ class TraceReplay:
                 seed=seed,
                 transfer=self.fabric,
                 floor_every=self.spec.floor_every,
-                floor_warmup_s=FLOOR_WARMUP_S,
             ),
         )
         self.now = 0.0

@@ -15,7 +15,7 @@ from backend.policies.mapping import to_scheduling
 from backend.policies.schemas import PolicySpec
 from backend.predictor.knowable import against_floor
 from backend.scheduling.types import TransferConfig
-from backend.sim.engine import SimConfig, SimResult, Simulation, max_context
+from backend.sim.engine import FLOOR_EVERY, SimConfig, SimResult, Simulation, max_context
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.report import QUANTILES, summarize
@@ -77,10 +77,6 @@ _ROWS: tuple[tuple[str, str, str | None, float, int, bool | None], ...] = (
     ("Live TPOT error (MAPE, %)", "live_tpot_mape", None, 100.0, 1, False),
     ("TPOT error knowable at dispatch (floor MAPE, %)", "floor_tpot_mape", None, 100.0, 1, None),
 )
-FLOOR_EVERY = 10
-"""Every 10th request (after the first minute) also runs on a copy of its pod with no later
-arrivals: the present-state floor the live error is shown beside."""
-FLOOR_WARMUP_S = 60.0
 
 
 def knowable_figures(result: SimResult) -> dict[str, float | None]:
@@ -175,7 +171,6 @@ def compare_policies(job: WhatIfJob, progress: Progress) -> dict[str, Any]:
             seed=SEED,
             transfer=fabric,
             floor_every=FLOOR_EVERY,
-            floor_warmup_s=FLOOR_WARMUP_S,
         )
         result = Simulation(trace, pool, _policy(label, spec), config).run(step)
         summaries[label] = summarize(result, slo) | knowable_figures(result)

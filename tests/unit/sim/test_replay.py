@@ -15,7 +15,6 @@ from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.replay import (
     DEFAULT_SLO,
-    FLOOR_WARMUP_S,
     Observation,
     ReplaySpec,
     TraceReplay,
@@ -191,7 +190,7 @@ def test_observations_carry_the_floor_when_sampled_and_it_only_observes() -> Non
     ttft = [o for o in sampled if o.target == "ttft"]
     with_floor = [o for o in ttft if math.isfinite(o.floor_ms)]
     # Every 5th request dispatched after the lap's first minute.
-    late = [o for o in ttft if o.time_s - o.label_ms / 1000.0 >= FLOOR_WARMUP_S]
+    late = [o for o in ttft if o.time_s - o.label_ms / 1000.0 >= SimConfig.floor_warmup_s]
     assert all(o in late for o in with_floor)
     assert 0.15 * len(late) < len(with_floor) < 0.25 * len(late)
     # No later arrivals and no step noise: the copy is never much slower than the pod was.
