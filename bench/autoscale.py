@@ -1,7 +1,8 @@
-"""Autoscaling in the simulator: four scalers on the same traffic, pods and bounds. JSON.
+"""Autoscaling in the simulator: the scalers on the same traffic, pods and bounds. JSON.
 
     .venv/bin/python bench/autoscale.py [--trace mooncake-conversation] [--seeds 0,1,2]
         [--scalers queue-hpa,wva-saturation,headroom-saturation,headroom-desired]
+        (also headroom-saturation-gauge, headroom-combined)
         (a baseline's knobs: queue-hpa@target=3, wva-saturation@kv_threshold=0.7/queue_spare=2)
         [--shapes ramp,step] [--base 0.2] [--peak 0.6] [--up-s 1200 | --short] [--step-s 600]
         [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
@@ -27,6 +28,10 @@ the step the time from the burst until a minute of arrivals meets the SLOs at th
 two minutes before it (less 5 points); mean and min-max over the seeds. ``headroom-saturation``
 reads the pods' level as they stand, or with ``--saturation mix`` the service's default level
 (``--mix-weight`` of it and the next interval's, the last minute's arrivals replayed).
+``headroom-saturation-gauge`` is the same count as the service exports it
+(``headroom_saturation_replicas``: from the ready pods, no hold while pods start) and
+``headroom-combined`` the larger of it and ``headroom-desired``, as a KEDA ScaledObject with
+both triggers scales.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
     TREND_S,
     AutoscaleResult,
+    Combined,
     DesiredReplicas,
     Fixed,
     Fleet,
@@ -72,6 +78,8 @@ def slo(args: argparse.Namespace) -> Slo:
 
 
 SCALERS = ("queue-hpa", "wva-saturation", "headroom-saturation", "headroom-desired")
+"""The default run; ``headroom-saturation-gauge`` and ``headroom-combined`` on request."""
+MORE_SCALERS = ("headroom-saturation-gauge", "headroom-combined")
 
 
 def desired_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -129,7 +137,21 @@ def _scaler(name: str, args: argparse.Namespace) -> Scaler:
         return PredictedSaturation(budget=1.0 - args.attainment)
     if name == "headroom-desired":
         return DesiredReplicas(slo(args), **desired_options(args))
-    raise SystemExit(f"unknown scaler {name!r}; choose from {', '.join(SCALERS)} or fixed-N")
+    if name == "headroom-saturation-gauge":
+        # As the service's gauge computes it: from the ready pods, with no hold while pods start.
+        return PredictedSaturation(
+            budget=1.0 - args.attainment, hold_while_starting=False, name=name
+        )
+    if name == "headroom-combined":
+        # KEDA's two triggers (deploy/kubernetes/keda-scaledobject.yaml): the larger answer.
+        return Combined(
+            (
+                DesiredReplicas(slo(args), **desired_options(args)),
+                _scaler("headroom-saturation-gauge", args),
+            )
+        )
+    known = ", ".join(SCALERS + MORE_SCALERS)
+    raise SystemExit(f"unknown scaler {name!r}; choose from {known} or fixed-N")
 
 
 def burst_at(args: argparse.Namespace) -> float:

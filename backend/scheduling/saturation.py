@@ -39,6 +39,7 @@ weight was chosen on a tuning slice of both traces and reported on another
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -398,6 +399,33 @@ def _found(
         prefill_tokens_in_flight=prefill,
         decode_tokens_in_flight=pod.decode_tokens_in_flight + round(extra * per[4]),
     )
+
+
+def saturation_replicas(
+    level_at: Callable[[float], float | None], pods: int, current: int, budget: float
+) -> int | None:
+    """Headroom's predicted-SLO saturation as a pod count: keep the share of representative
+    requests that would miss *because of load* within ``budget`` (1 - the attainment target).
+
+    ``level_at(factor)`` is the level over the ``pods`` ready pods with their load scaled by
+    ``factor`` (``scaled``): 1 as they stand, 0 idle (what would miss on any pod: on Mooncake
+    the longest prompts cannot prefill within 2 s even alone, and no pod count fixes that),
+    ``pods / (pods - 1)`` the same work over one pod fewer. Over the budget, add the share of
+    pods missing (at least 1) to ``current``; within it on one pod fewer, one fewer; otherwise
+    ``current``. None without a level (no model or no traffic yet).
+
+    One definition for the simulated scaler (``backend.sim.autoscale.PredictedSaturation``)
+    and the service's gauge (``headroom_saturation_replicas``)."""
+    level, idle = level_at(1.0), level_at(0.0)
+    if level is None or idle is None:
+        return None
+    if level - idle > budget:
+        return current + max(1, math.ceil(pods * (level - idle)))
+    if pods > 1:
+        fewer = level_at(pods / (pods - 1))
+        if fewer is not None and fewer - idle <= budget:
+            return current - 1
+    return current
 
 
 def scaled(pod: Candidate, share: float) -> Candidate:

@@ -29,7 +29,10 @@ The scalers:
   code the service runs) over the ready pods' gauges and a profile of recent requests, with the
   router's own online-trained models: scale up when more than the SLO budget of representative
   requests would miss; scale down when the pods' load spread over one pod fewer would still keep
-  the level within the budget.
+  the level within the budget (``saturation_replicas``, which the service's
+  ``headroom_saturation_replicas`` gauge computes too).
+* ``Combined``: the largest of several scalers' answers, as a KEDA ScaledObject with a trigger
+  for each scales.
 * ``DesiredReplicas``: the service's desired-replicas computation
   (``fromsamples.estimate_replicas``, which the periodic job runs too) on the samples the
   simulated EPP posted over the last minutes: rebuild the requests, calibrate the pod, bisect
@@ -53,6 +56,7 @@ from backend.scheduling.saturation import (
     Representative,
     Saturation,
     saturation,
+    saturation_replicas,
     scaled,
 )
 from backend.scheduling.types import Candidate, FloatArray
@@ -259,31 +263,40 @@ class WvaSaturation:
 
 @dataclass
 class PredictedSaturation:
-    """Headroom's predicted-SLO saturation: keep the share of representative requests that would
-    miss *because of load* within the budget (1 - the attainment target). The share that would
-    miss on idle pods (the same requests on pods with their load scaled to 0: on Mooncake, the
-    longest prompts cannot prefill within 2 s even alone) is subtracted: no pod count fixes it."""
+    """Headroom's predicted-SLO saturation (``saturation_replicas``): keep the share of
+    representative requests that would miss *because of load* within the budget (1 - the
+    attainment target), adding the share missing and removing one pod when one fewer keeps it.
+
+    ``hold_while_starting``: decide nothing while a pod starts (its effect is not visible yet).
+    The service's gauge cannot: it knows only the pods that send samples, so its deployable
+    form (``headroom-saturation-gauge``) asks from the ready pods at every period, and the
+    HPA's scale-down stabilisation keeps the pods on their way."""
 
     budget: float = 0.05
+    hold_while_starting: bool = True
     name: str = "headroom-saturation"
 
     def desired(self, obs: Observation) -> int:
         pods = sorted(obs.gauges)
-        level = obs.level(pods, 1.0) if pods else None
-        idle = obs.level(pods, 0.0) if pods else None
-        if level is None or idle is None:
+        if not pods or (obs.starting and self.hold_while_starting):
             return obs.replicas
-        if level - idle > self.budget:
-            if obs.starting:
-                return obs.replicas  # capacity is on its way; its effect is not visible yet
-            # The share missing says how far off the pool is: add that share of pods, at least 1.
-            return obs.replicas + max(1, math.ceil(len(pods) * (level - idle)))
-        if len(pods) > 1 and not obs.starting:
-            # One pod fewer: the same work over n - 1 pods.
-            fewer = obs.level(pods, len(pods) / (len(pods) - 1))
-            if fewer is not None and fewer - idle <= self.budget:
-                return obs.replicas - 1
-        return obs.replicas
+        current = obs.replicas if self.hold_while_starting else len(pods)
+        want = saturation_replicas(
+            lambda factor: obs.level(pods, factor), len(pods), current, self.budget
+        )
+        return obs.replicas if want is None else want
+
+
+@dataclass
+class Combined:
+    """The larger of several scalers' answers: a KEDA ScaledObject with one trigger each (the
+    HPA it creates scales to the largest recommendation)."""
+
+    parts: tuple[Scaler, ...]
+    name: str = "headroom-combined"
+
+    def desired(self, obs: Observation) -> int:
+        return max(part.desired(obs) for part in self.parts)
 
 
 TREND_S: Final = 300.0
