@@ -71,4 +71,20 @@ class CapacityCollector(Collector):
         )
         for pool, row in sorted(self.monitor.all_desired().items()):
             desired.add_metric([pool, self.namespace, row.profile, pool], row.replicas)
-        yield from (pool_level, parts, pod_level, headroom, fresh, desired)
+        # The same shape, so that one ScaledObject can carry both triggers (the HPA scales to
+        # the larger): the saturation level's count reacts within a tick to a burst the
+        # desired replicas' replay of the last minutes sees late.
+        by_saturation = GaugeMetricFamily(
+            "headroom_saturation_replicas",
+            "Pods the predicted-SLO saturation level asks for: the fresh pods plus the share "
+            "of requests missing because of load beyond the SLO budget, or one fewer.",
+            labels=["variant_name", "namespace", "accelerator_type", "pool"],
+        )
+        for pool, report in sorted(self.monitor.reports().items()):
+            if report.status == OK and report.saturation_replicas is not None:
+                known = self.monitor.desired(pool)  # the calibrated profile, where there is one
+                accelerator = known.profile if known is not None else ""
+                by_saturation.add_metric(
+                    [pool, self.namespace, accelerator, pool], report.saturation_replicas
+                )
+        yield from (pool_level, parts, pod_level, headroom, fresh, desired, by_saturation)

@@ -107,6 +107,14 @@ class SaturationRead(BaseModel):
     fresh_pods: int
     stale_pods: list[str] = Field(description="Pods not heard from recently; left out.")
     pods: list[PodSaturationRead]
+    saturation_replicas: int | None = Field(
+        description="Pods the saturation level asks for, from the pods as they stand: the fresh "
+        "pods plus the share of representative requests that would miss because of load "
+        "beyond the policy's budget (1 - target_slo_attainment; what would miss on idle pods "
+        "does not count), or one fewer where that much work on one pod fewer stays within it. "
+        "Exported as `headroom_saturation_replicas`; reacts within a tick where "
+        "`desired_replicas` sizes the next minutes. Null without a level."
+    )
     desired_replicas: DesiredReplicasRead | None = Field(
         description="The last desired-replica count the worker computed (every "
         "`HEADROOM_CAPACITY__DESIRED_INTERVAL_S`), with when and how; null before the first, "
@@ -136,6 +144,7 @@ class SaturationRead(BaseModel):
                 fresh_pods=0,
                 stale_pods=[],
                 pods=[],
+                saturation_replicas=None,
                 desired_replicas=wanted,
             )
         sat = report.saturation
@@ -165,5 +174,6 @@ class SaturationRead(BaseModel):
                 )
                 for p in (sat.pods if sat else ())
             ],
+            saturation_replicas=report.saturation_replicas,
             desired_replicas=wanted,
         )

@@ -35,7 +35,12 @@ from backend.predictor.serving import ModelsNotReady, ModelStore, meet_both, pre
 from backend.routing.service import PoolPolicy
 from backend.samples import repository
 from backend.samples.models import WINDOW_FEATURES, TargetCode
-from backend.scheduling.saturation import Saturation, saturation
+from backend.scheduling.saturation import (
+    Saturation,
+    saturation,
+    saturation_replicas,
+    scaled,
+)
 from backend.scheduling.types import Candidate, FloatArray
 from backend.settings import CapacitySettings
 
@@ -62,6 +67,11 @@ class PoolReport:
     ttft_slo_ms: float | None
     tpot_slo_ms: float | None
     policy_version: int | None
+    saturation_replicas: int | None = None
+    """Pods the saturation level asks for (``saturation_replicas``): the fresh pods, plus the
+    share of representative requests missing because of load beyond the policy's budget
+    (1 - target_slo_attainment), or one fewer where that much work on one pod fewer keeps it.
+    From the present level, as the simulated scaler validated it (docs/capacity.md)."""
 
 
 # Candidates carry every wire feature but the encoder ones (0 for text-only pools).
@@ -209,9 +219,20 @@ class CapacityMonitor:
         policy = self._policy(pool_id)
         ttft_slo, tpot_slo = policy.spec.default_ttft_slo_ms, policy.spec.default_tpot_slo_ms
 
-        def report(status: str, sat: Saturation | None = None) -> PoolReport:
+        def report(
+            status: str, sat: Saturation | None = None, replicas: int | None = None
+        ) -> PoolReport:
             return PoolReport(
-                pool, status, now, sat, len(fresh), tuple(stale), ttft_slo, tpot_slo, policy.version
+                pool,
+                status,
+                now,
+                sat,
+                len(fresh),
+                tuple(stale),
+                ttft_slo,
+                tpot_slo,
+                policy.version,
+                replicas,
             )
 
         if ttft_slo is None and tpot_slo is None:
@@ -249,18 +270,21 @@ class CapacityMonitor:
         # Nothing to replay with no window or all the weight on the present level.
         window, weight = self._settings.arrival_window_s, self._settings.present_weight
         arrivals = signals.recent_arrivals(now, window) if window > 0 and weight < 1 else None
+        pods = [p.candidate() for p in fresh]
+
+        def level_at(factor: float) -> float:
+            """The present level with every pod's load scaled by ``factor``."""
+            if factor == 1.0 and sat.present_level is not None:
+                return sat.present_level
+            rows = [scaled(p, factor) for p in pods]
+            return saturation(rows, reps, policy.policy, ttft_slo, tpot_slo, predict, meet).level
+
         try:
             sat = saturation(
-                [p.candidate() for p in fresh],
-                reps,
-                policy.policy,
-                ttft_slo,
-                tpot_slo,
-                predict,
-                meet,
-                arrivals,
-                weight,
+                pods, reps, policy.policy, ttft_slo, tpot_slo, predict, meet, arrivals, weight
             )
+            budget = 1.0 - policy.spec.target_slo_attainment
+            replicas = saturation_replicas(level_at, len(pods), len(pods), budget)
         except ModelsNotReady:  # the model went away between the check and the call
             return report(NO_MODEL)
-        return report(OK, sat)
+        return report(OK, sat, replicas)
