@@ -243,6 +243,8 @@ class SaturationPanel:
     """The level's two parts: the pods as they stand, and the next interval's (None when
     nothing was replayed)."""
     next_level: float | None = None
+    saturation_replicas: int | None = None
+    """Pods the saturation level asks for (``headroom_saturation_replicas``)."""
 
     @property
     def reason(self) -> str:
@@ -297,6 +299,7 @@ def saturation_panel(
         desired_chart=replica_chart(desired_points) if desired is not None else None,
         present_level=sat.present_level if sat else None,
         next_level=sat.next_level if sat else None,
+        saturation_replicas=report.saturation_replicas,
     )
 
 
