@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from backend.settings import Settings
 from backend.sim.entries import training_entries
 from backend.sim.gpu import load_profile
 from backend.sim.latency import sample_rows
+from tests.console import sign_in_new_user
 from tests.integration.test_prediction import runtime_of, train_and_load
 
 PROFILE = load_profile("a100-llama3-8b")
@@ -80,10 +82,42 @@ def test_saturation_follows_the_policy_slo(client: TestClient) -> None:
     set_slo(client, 600_000, 5_000)
     relaxed = saturation_of(client)
     assert relaxed["saturation"] == 0.0 and relaxed["ttft_slo_ms"] == 600_000
+    # Every request fits, and would on two pods: the count asks for one pod fewer.
+    assert relaxed["saturation_replicas"] == 2
     set_slo(client, 0.001, 0.001)
     strained = saturation_of(client)
     assert strained["saturation"] == 1.0
     assert all(p["saturation"] == 1.0 for p in strained["pods"])
+    # Every request misses even on idle pods: no pod count fixes that, so none is asked for
+    # it (the count reads the misses load causes), and one pod fewer misses no more.
+    assert strained["saturation_replicas"] == 2
+
+
+def test_a_loaded_pool_asks_for_the_pods_its_load_costs(client: TestClient) -> None:
+    """Pods whose newest gauges read deep queues miss a TTFT SLO that idle pods meet: the count
+    adds the share of requests missing because of load, and the gauge exports it."""
+    post(client, traffic(400, pods=4))
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    calm = saturation_of(client)
+    loaded = traffic(8, pods=4, seed=1)  # each pod's newest sample: a deep prefill queue
+    for e in loaded:
+        e.update(num_request_running=48, num_request_waiting=40, kv_cache_percentage=0.95)
+        e.update(prefill_tokens_in_flight=120_000, decode_tokens_in_flight=40_000)
+    post(client, loaded)
+    body = saturation_of(client)
+    assert body["status"] == "ok" and body["fresh_pods"] == 4
+    assert body["present_saturation"] > calm["present_saturation"] + 0.05
+    assert body["saturation_replicas"] > 4 >= calm["saturation_replicas"]
+    text = client.get("/metrics").text
+    assert (
+        'headroom_saturation_replicas{accelerator_type="",namespace="default",pool="default",'
+        f'variant_name="default"}} {float(body["saturation_replicas"])}'
+    ) in text
+    # The Overview shows it beside the level.
+    sign_in_new_user(client, "ops", role="viewer")
+    shown = re.search(r'data-testid="saturation-replicas">(\d+)', client.get("/ui/").text)
+    assert shown is not None and int(shown.group(1)) == body["saturation_replicas"]
 
 
 def test_saturation_is_exported_for_the_autoscaler(client: TestClient) -> None:

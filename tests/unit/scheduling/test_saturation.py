@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -18,6 +18,7 @@ from backend.scheduling.saturation import (
     Saturation,
     project,
     saturation,
+    saturation_replicas,
     scaled,
 )
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
@@ -429,3 +430,81 @@ def test_a_pod_scaled_to_no_load_carries_no_progress_and_one_scaled_up_keeps_it(
     assert (fuller.num_request_running, fuller.num_request_waiting) == (6, 2)
     assert fuller.kv_cache_percentage == 1.0  # a pod holds at most all its KV
     assert (fuller.ms_since_last_token, fuller.oldest_prefill_wait_ms) == (12.0, 400.0)
+
+
+# The saturation level as a pod count (the simulated scaler's and the service's gauge).
+
+
+def _levels(table: dict[float, float | None]) -> Callable[[float], float | None]:
+    def level_at(factor: float) -> float | None:
+        return table[factor]
+
+    return level_at
+
+
+def test_over_the_budget_the_count_adds_the_share_of_pods_missing_because_of_load() -> None:
+    # 10 % of requests miss on idle pods whatever the count: only the 30 % more counts.
+    level = _levels({1.0: 0.40, 0.0: 0.10})
+    assert saturation_replicas(level, pods=4, current=4, budget=0.05) == 4 + 2  # ceil(4 x 0.3)
+    # At least one pod, however small the excess.
+    assert saturation_replicas(_levels({1.0: 0.07, 0.0: 0.0}), 4, 4, 0.05) == 5
+    # Added to the count the caller scales (the simulated scaler's ready + starting pods).
+    assert saturation_replicas(level, pods=4, current=6, budget=0.05) == 8
+
+
+def test_within_the_budget_one_pod_fewer_when_the_same_work_on_it_stays_within() -> None:
+    fits = _levels({1.0: 0.02, 0.0: 0.0, 4 / 3: 0.04})
+    assert saturation_replicas(fits, pods=4, current=4, budget=0.05) == 3
+    tight = _levels({1.0: 0.02, 0.0: 0.0, 4 / 3: 0.09})
+    assert saturation_replicas(tight, pods=4, current=4, budget=0.05) == 4
+    # A single pod is never asked to go: there is no "one fewer" to price.
+    assert saturation_replicas(_levels({1.0: 0.0, 0.0: 0.0}), 1, 1, 0.05) == 1
+
+
+def test_without_a_level_there_is_no_count() -> None:
+    assert saturation_replicas(_levels({1.0: None, 0.0: 0.0}), 3, 3, 0.05) is None
+    assert saturation_replicas(_levels({1.0: 0.5, 0.0: None}), 3, 3, 0.05) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    start=st.lists(load, min_size=2, max_size=5),
+    more=st.lists(load, min_size=5, max_size=5),
+    prompts=st.lists(st.integers(1, 16_000), min_size=1, max_size=8),
+    ttft_slo=st.floats(50.0, 3000.0),
+    tpot_slo=st.floats(9.0, 60.0),
+)
+def test_the_count_never_falls_as_pods_fill(
+    start: list[tuple[int, int, float, int]],
+    more: list[tuple[int, int, float, int]],
+    prompts: list[int],
+    ttft_slo: float,
+    tpot_slo: float,
+) -> None:
+    """On the models' chain (the 0/1 rule, where the pool's level is monotone): adding load to
+    any pod never lowers the pods asked for. The idle level is the same for both (the pods
+    scaled to no load), so a fuller pool is over the budget whenever an emptier one is, by
+    more, and prices one pod fewer higher."""
+    pods = _loaded_pods(start)
+    fuller = [
+        dataclasses.replace(
+            p,
+            num_request_running=p.num_request_running + dr,
+            num_request_waiting=p.num_request_waiting + dw,
+            kv_cache_percentage=min(1.0, p.kv_cache_percentage + dkv),
+            prefill_tokens_in_flight=p.prefill_tokens_in_flight + df,
+        )
+        for p, (dr, dw, dkv, df) in zip(pods, more, strict=False)
+    ]
+    requests = [Representative(p, 0.0) for p in prompts]
+
+    def count(state: list[Candidate]) -> int | None:
+        def level_at(factor: float) -> float:
+            rows = [scaled(p, factor) for p in state]
+            return saturation(rows, requests, POLICY, ttft_slo, tpot_slo, linear).level
+
+        return saturation_replicas(level_at, len(state), len(state), 0.05)
+
+    before, after = count(pods), count(fuller)
+    assert before is not None and after is not None
+    assert len(pods) - 1 <= before <= after

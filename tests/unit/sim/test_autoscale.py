@@ -12,11 +12,13 @@ from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
     AutoscaleResult,
+    Combined,
     DesiredReplicas,
     Fixed,
     Fleet,
     Observation,
     PodGauges,
+    PredictedSaturation,
     QueueHpa,
     Scaler,
     WvaSaturation,
@@ -107,6 +109,37 @@ def test_wva_scales_up_on_spare_capacity_and_down_only_when_safe() -> None:
     assert WvaSaturation().desired(_obs(idle, 3)) == 2
     middling = {0: PodGauges(0.5, 0, 2), 1: PodGauges(0.5, 0, 2)}
     assert WvaSaturation().desired(_obs(middling, 2)) == 2  # 1.0 KV on one pod: not safe
+
+
+def _leveled(n: int, replicas: int, starting: int, table: dict[float, float]) -> Observation:
+    """``n`` ready pods whose level, load scaled by a factor, reads ``table[factor]``."""
+    gauges = {p: PodGauges(0.5, 2, 10) for p in range(n)}
+
+    def level(pods: object, factor: float) -> float | None:
+        return table[round(factor, 6)]
+
+    return Observation(0.0, replicas, starting, gauges, level, lambda s: None)  # type: ignore[arg-type,return-value]
+
+
+def test_the_saturation_scaler_holds_while_pods_start_and_its_gauge_form_does_not() -> None:
+    # 3 ready, 2 starting; 40 % of requests miss because of load (10 % would on idle pods).
+    busy = _leveled(3, 5, 2, {1.0: 0.5, 0.0: 0.1})
+    assert PredictedSaturation(budget=0.05).desired(busy) == 5  # capacity on its way
+    # What the service exports knows only the 3 pods sending samples: 3 + ceil(3 x 0.4).
+    gauge = PredictedSaturation(budget=0.05, hold_while_starting=False)
+    assert gauge.desired(busy) == 5
+    worse = _leveled(3, 5, 2, {1.0: 0.9, 0.0: 0.1})
+    assert PredictedSaturation(budget=0.05).desired(worse) == 5
+    assert gauge.desired(worse) == 6  # the HPA scales to it at once
+    # With nothing starting both forms are the same: one pod fewer when it would still fit.
+    calm = _leveled(4, 4, 0, {1.0: 0.01, 0.0: 0.0, round(4 / 3, 6): 0.03})
+    assert PredictedSaturation(budget=0.05).desired(calm) == gauge.desired(calm) == 3
+
+
+def test_combined_scales_to_the_larger_answer_as_two_keda_triggers_do() -> None:
+    obs = _obs({0: PodGauges(0.5, 1, 10)}, 4)
+    assert Combined((Fixed(3), Fixed(7))).desired(obs) == 7
+    assert Combined((Fixed(9), Fixed(7))).desired(obs) == 9
 
 
 def test_warp_ramps_the_rate_and_keeps_the_order() -> None:
