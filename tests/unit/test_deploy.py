@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,12 @@ from typer.testing import CliRunner
 
 from backend import cli
 from backend.cli import app
+from backend.scheduling.saturation import Headroom, PodLevel, Saturation
 from backend.settings import Settings, get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
+_HEAD = Headroom(800, "a", 120.0, 10.0)
+_SATURATION = Saturation(0.3, 0.7, (PodLevel("a", 0.3, 380.0, 40.0),), _HEAD, _HEAD, 32)
 
 
 def documents() -> list[dict[str, Any]]:
@@ -151,11 +155,12 @@ def test_compose_publishes_on_localhost_unless_told_otherwise() -> None:
     assert "proxy_pass http://headroom_data_plane" in nginx
 
 
-def test_keda_scaled_object_reads_the_desired_replicas_gauge_headroom_exports() -> None:
+def test_keda_scaled_object_reads_both_replica_gauges_headroom_exports() -> None:
     from prometheus_client.core import GaugeMetricFamily
 
     from backend.capacity.metrics import CapacityCollector
     from backend.capacity.models import DesiredReplicas
+    from backend.capacity.service import OK, PoolReport
 
     (scaled,) = [
         d
@@ -164,23 +169,35 @@ def test_keda_scaled_object_reads_the_desired_replicas_gauge_headroom_exports() 
     ]
     assert scaled["kind"] == "ScaledObject"
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
-    (trigger,) = scaled["spec"]["triggers"]
-    assert trigger["type"] == "prometheus"
-    query = trigger["metadata"]["query"]
+    triggers = scaled["spec"]["triggers"]
+    assert [t["type"] for t in triggers] == ["prometheus", "prometheus"]
+    queries = {t["name"]: t["metadata"]["query"] for t in triggers}
 
-    class Monitor:  # what the collector reads: the monitor's last copy of the table
-        def reports(self) -> dict[str, Any]:
-            return {}
+    class Monitor:  # what the collector reads: the monitor's last tick and copy of the table
+        def reports(self) -> dict[str, PoolReport]:
+            now = datetime.now(UTC)
+            return {
+                "llama-8b": PoolReport("llama-8b", OK, now, _SATURATION, 4, (), 2000.0, 100.0, 1, 6)
+            }
+
+        def desired(self, pool: str) -> DesiredReplicas | None:
+            return self.all_desired().get(pool)
 
         def all_desired(self) -> dict[str, DesiredReplicas]:
             return {"llama-8b": DesiredReplicas(replicas=5, profile="a100-llama3-8b")}
 
     families = list(CapacityCollector(Monitor(), namespace="llm-d").collect())  # type: ignore[arg-type]
-    (desired,) = [f for f in families if f.name == "headroom_desired_replicas"]
-    assert isinstance(desired, GaugeMetricFamily)
-    (sample,) = desired.samples
-    # The query names the exported metric and only labels it carries, with these values.
-    assert f"{sample.name}{{" in query
-    for label in ("variant_name", "namespace"):
-        assert f'{label}="{sample.labels[label]}"' in query
-    assert sample.value == 5
+    for trigger, metric, value in (
+        ("headroom-desired-replicas", "headroom_desired_replicas", 5),
+        ("headroom-saturation-replicas", "headroom_saturation_replicas", 6),
+    ):
+        (family,) = [f for f in families if f.name == metric]
+        assert isinstance(family, GaugeMetricFamily)
+        (sample,) = family.samples
+        query = queries[trigger]
+        # The query names the exported metric and only labels it carries, with these values.
+        assert f"{sample.name}{{" in query
+        for label in ("variant_name", "namespace"):
+            assert f'{label}="{sample.labels[label]}"' in query
+        assert sample.labels["accelerator_type"] == "a100-llama3-8b"
+        assert sample.value == value
