@@ -32,7 +32,13 @@ from _common import machine
 
 from backend.capacity.service import columns
 from backend.predictor.training import predict_columns, train_target
-from backend.scheduling.saturation import Arrivals, Representative, saturation
+from backend.scheduling.saturation import (
+    Arrivals,
+    Representative,
+    saturation,
+    saturation_replicas,
+    scaled,
+)
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
 from backend.settings import CapacitySettings
 from backend.sim.entries import prediction_requests, training_entries
@@ -141,7 +147,20 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
     present: list[float] = []
     next_interval: list[float] = []
     mixed: list[float] = []
+    counted: list[float] = []
+    level_now = saturation(candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict).level
+
+    def level_at(factor: float) -> float:
+        if factor == 1.0:
+            return level_now  # the tick's present level, already computed
+        rows = [scaled(c, factor) for c in candidates]
+        return saturation(rows, reps, SchedulingPolicy(), 1000.0, 50.0, predict).level
+
     for _ in range(repeats):
+        # The saturation count's extra work on a tick: the idle and one-pod-fewer levels.
+        start = time.perf_counter()
+        saturation_replicas(level_at, len(candidates), len(candidates), 0.05)
+        counted.append((time.perf_counter() - start) * 1000)
         for out, replayed, w in (
             (present, None, 1.0),
             (next_interval, arrivals, 0.0),
@@ -158,6 +177,7 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
         "present": _percentiles(present),
         "next_interval": {"arrivals": len(arrivals.times_s), **_percentiles(next_interval)},
         "mix_default": {"present_weight": weight, **_percentiles(mixed)},
+        "saturation_replicas_extra": _percentiles(counted),
     }
 
 
@@ -167,7 +187,9 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=100)
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--rate", type=float, default=50.0, help="arrivals/s replayed")
-    parser.add_argument("--rounds", type=int, default=2, help="of the three servers, interleaved")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="of the three servers, interleaved (0: the tick only)"
+    )
     parser.add_argument(
         "--predict-seconds", type=float, default=20.0, help="of /predict/bulk/strict calls"
     )
