@@ -22,9 +22,10 @@ progress still runs. It then prints, on the floor's sampled requests (like for l
 - ``oracle_true_all``: plus the remaining time of the iteration in progress;
 - ``floor``: the noise-free copy of the pod with no later arrivals;
 
-and the live error by load decile and by prompt-length quintile. ``--fresh-gauges`` runs the
-simulation with the router reading the pods' true gauges at every decision
-(``SimConfig.scrape_interval_s = 0``, a measurement option: no real router can).
+and the live error by load decile, by prompt-length quintile, and for requests sent while the
+pod had prompt tokens to prefill ahead of them against those sent with none.
+``--fresh-gauges`` runs the simulation with the router reading the pods' true gauges at every
+decision (``SimConfig.scrape_interval_s = 0``, a measurement option: no real router can).
 ``--tuning-slice`` runs every seed on slice 0, where a model change is explored before the
 evaluation slices report it; ``--dump`` saves each run's rows (``PREFIX.SEED.npz``) for such
 exploration offline.
@@ -273,6 +274,27 @@ def decompose(
                 "median_ttft_ms": round(float(np.median(y[g])), 0),
             }
         )
+    # Requests sent while the pod still had prompt tokens to prefill ahead of them (a prefill
+    # in progress or waiting) against those sent to a pod with none: where the gap to the
+    # floor sits.
+    behind = extra["true_prefill_ahead"] > 0
+    floor = estimates["floor"]
+    by_ahead = {}
+    for name, g in (("prefill_ahead", behind), ("nothing_ahead", ~behind)):
+        on_floor = g & sampled
+        by_ahead[name] = {
+            "share_of_requests": round(float(np.mean(g)), 3),
+            "share_of_live_abs_error": round(float(np.abs(rel[g]).sum() / np.abs(rel).sum()), 3),
+            "live_mape_pct": round(100 * float(np.mean(np.abs(rel[g]))), 1) if g.any() else None,
+            "sampled": int(on_floor.sum()),
+            "sampled_live_mape_pct": _mape(live[on_floor], y[on_floor]) if on_floor.any() else None,
+            "sampled_floor_mape_pct": _mape(floor[on_floor], y[on_floor])
+            if on_floor.any()
+            else None,
+            "oracle_true_work_mape_pct": _mape(estimates["oracle_true_work"][g], y[g])
+            if g.any()
+            else None,
+        }
     # How stale the scraped gauges were against the truth at decision time.
     stale = {k: round(float(np.mean(np.abs(wire[k] - extra[k]))), 3) for k in TRUE_GAUGES}
     return {
@@ -282,6 +304,7 @@ def decompose(
         "ttft_all": table_all,
         "by_load_decile": by_load,
         "by_prompt_quintile": by_prompt,
+        "by_prefill_ahead": by_ahead,
         "mean_abs_gauge_staleness": stale,
         "mean_iteration_left_ms": round(float(np.mean(extra["iteration_left_ms"])), 1),
     }
