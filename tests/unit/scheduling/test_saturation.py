@@ -137,6 +137,20 @@ def _loaded_pods(start: list[tuple[int, int, float, int]]) -> list[Candidate]:
     ]
 
 
+def _filled(pods: list[Candidate], more: list[tuple[int, int, float, int]]) -> list[Candidate]:
+    """``pods`` with more load on each: (running, waiting, KV share, prefill tokens) added."""
+    return [
+        dataclasses.replace(
+            p,
+            num_request_running=p.num_request_running + dr,
+            num_request_waiting=p.num_request_waiting + dw,
+            kv_cache_percentage=min(1.0, p.kv_cache_percentage + dkv),
+            prefill_tokens_in_flight=p.prefill_tokens_in_flight + df,
+        )
+        for p, (dr, dw, dkv, df) in zip(pods, more, strict=False)
+    ]
+
+
 load = st.tuples(
     st.integers(0, 40), st.integers(0, 20), st.floats(0.0, 1.0), st.integers(0, 20_000)
 )
@@ -173,16 +187,7 @@ def test_saturation_rises_monotonically_as_pods_fill(
     draws with both strategies). Each pod's level is monotone either way."""
     meet = None if log_sd is None else _spread(_one_band(log_sd))
     pods = _loaded_pods(start)
-    fuller = [
-        dataclasses.replace(
-            p,
-            num_request_running=p.num_request_running + dr,
-            num_request_waiting=p.num_request_waiting + dw,
-            kv_cache_percentage=min(1.0, p.kv_cache_percentage + dkv),
-            prefill_tokens_in_flight=p.prefill_tokens_in_flight + df,
-        )
-        for p, (dr, dw, dkv, df) in zip(pods, more, strict=False)
-    ]
+    fuller = _filled(pods, more)
     requests = [Representative(p, 0.0) for p in prompts]
     policy = SchedulingPolicy(strategy=strategy)  # type: ignore[arg-type]
     before = saturation(pods, requests, policy, ttft_slo, tpot_slo, linear, meet)
@@ -486,16 +491,7 @@ def test_the_count_never_falls_as_pods_fill(
     scaled to no load), so a fuller pool is over the budget whenever an emptier one is, by
     more, and prices one pod fewer higher."""
     pods = _loaded_pods(start)
-    fuller = [
-        dataclasses.replace(
-            p,
-            num_request_running=p.num_request_running + dr,
-            num_request_waiting=p.num_request_waiting + dw,
-            kv_cache_percentage=min(1.0, p.kv_cache_percentage + dkv),
-            prefill_tokens_in_flight=p.prefill_tokens_in_flight + df,
-        )
-        for p, (dr, dw, dkv, df) in zip(pods, more, strict=False)
-    ]
+    fuller = _filled(pods, more)
     requests = [Representative(p, 0.0) for p in prompts]
 
     def count(state: list[Candidate]) -> int | None:
