@@ -271,18 +271,23 @@ class CapacityMonitor:
         window, weight = self._settings.arrival_window_s, self._settings.present_weight
         arrivals = signals.recent_arrivals(now, window) if window > 0 and weight < 1 else None
         pods = [p.candidate() for p in fresh]
-
-        def level_at(factor: float) -> float:
-            """The present level with every pod's load scaled by ``factor``."""
-            if factor == 1.0 and sat.present_level is not None:
-                return sat.present_level
-            rows = [scaled(p, factor) for p in pods]
-            return saturation(rows, reps, policy.policy, ttft_slo, tpot_slo, predict, meet).level
-
         try:
             sat = saturation(
                 pods, reps, policy.policy, ttft_slo, tpot_slo, predict, meet, arrivals, weight
             )
+            present = sat.present_level
+
+            def level_at(factor: float) -> float:
+                """The present level with every pod's load scaled by ``factor`` (1: the
+                tick's own, already computed)."""
+                if factor == 1.0 and present is not None:
+                    return present
+                rows = [scaled(p, factor) for p in pods]
+                at = saturation(rows, reps, policy.policy, ttft_slo, tpot_slo, predict, meet)
+                return at.level
+
+            # The pods the level asks for, from the present level as the simulated scaler was
+            # measured on it (docs/capacity.md, "Both signals").
             budget = 1.0 - policy.spec.target_slo_attainment
             replicas = saturation_replicas(level_at, len(pods), len(pods), budget)
         except ModelsNotReady:  # the model went away between the check and the call
