@@ -122,8 +122,9 @@ class CapacityMonitor:
         self._after: int | None = None
         self._reports: dict[str, PoolReport] = {}
         self._desired: dict[str, DesiredReplicas] = {}
-        # Per pool: (time, level or None) a tick, newest last, for the Overview's chart.
-        self._history: dict[str, deque[tuple[datetime, float | None]]] = {}
+        # Per pool: (time, level or None, pods the level asks for or None) a tick, newest last,
+        # for the Overview's charts.
+        self._history: dict[str, deque[tuple[datetime, float | None, int | None]]] = {}
         self._lock = threading.Lock()  # one computation at a time; readers never take it
         self._publish_lock = threading.Lock()  # and one publication
 
@@ -142,7 +143,14 @@ class CapacityMonitor:
 
     def history(self, pool: str) -> list[tuple[datetime, float | None]]:
         """The pool's level at each recent tick, oldest first (None where it had no level)."""
-        return list(self._history.get(pool, ()))
+        return [(at, level) for at, level, _ in self._history.get(pool, ())]
+
+    def count_history(self, pool: str) -> list[tuple[datetime, float | None]]:
+        """The pods the level asked for at each recent tick, oldest first (None: no count)."""
+        return [
+            (at, None if count is None else float(count))
+            for at, _, count in self._history.get(pool, ())
+        ]
 
     def refresh(self) -> int:
         """One tick in this process: compute every pool's report and serve it; returns rows
@@ -179,7 +187,8 @@ class CapacityMonitor:
                 if points is None:
                     points = deque(maxlen=self._settings.history_points)
                     self._history[name] = points
-                points.append((now, report.saturation.level if report.saturation else None))
+                level = report.saturation.level if report.saturation else None
+                points.append((now, level, report.saturation_replicas))
             for gone in self._history.keys() - reports.keys():
                 del self._history[gone]  # a pool deleted or renamed
 

@@ -245,15 +245,21 @@ class SaturationPanel:
     next_level: float | None = None
     saturation_replicas: int | None = None
     """Pods the saturation level asks for (``headroom_saturation_replicas``)."""
+    count_lines: tuple[str, ...] = ()
+    """Its recent ticks as polylines, 0 pods at the bottom and ``count_top`` at the top."""
+    count_top: int = 0
 
     @property
     def reason(self) -> str:
         return NO_LEVEL.get(self.status, self.status.replace("_", " "))
 
 
-def chart_lines(points: list[tuple[datetime, float | None]]) -> tuple[list[str], float]:
-    """History -> polylines over a CHART_W x CHART_H box, oldest left, newest right; a tick
-    without a level breaks the line instead of drawing a false 0."""
+def chart_lines(
+    points: list[tuple[datetime, float | None]], top: float = 1.0
+) -> tuple[list[str], float]:
+    """History -> polylines over a CHART_W x CHART_H box, 0 at the bottom and ``top`` at the
+    top, oldest left, newest right; a tick without a value breaks the line instead of drawing
+    a false 0."""
     if not points:
         return [], 0.0
     start, end = points[0][0], points[-1][0]
@@ -267,7 +273,7 @@ def chart_lines(points: list[tuple[datetime, float | None]]) -> tuple[list[str],
             run = []
             continue
         x = CHART_W * ((at - start).total_seconds() / span if span > 0 else 1.0)
-        y = CHART_H * (1.0 - min(max(level, 0.0), 1.0))
+        y = CHART_H * (1.0 - min(max(level / top, 0.0), 1.0))
         run.append(f"{x:.1f},{y:.1f}")
     if run:
         lines.append(" ".join(run))
@@ -279,11 +285,15 @@ def saturation_panel(
     history: list[tuple[datetime, float | None]],
     desired: DesiredReplicas | None = None,
     desired_points: Sequence[DesiredReplicasPoint] = (),
+    counts: list[tuple[datetime, float | None]] | None = None,
 ) -> SaturationPanel | None:
     if report is None:
         return None  # before the first tick: nothing to show yet
     sat = report.saturation
     lines, span = chart_lines(history)
+    asked = [c for _, c in counts or () if c is not None]
+    count_top = int(max(asked)) if asked else 0
+    count_lines = chart_lines(counts or [], top=float(count_top))[0] if count_top else []
     return SaturationPanel(
         status=report.status,
         level=sat.level if sat else None,
@@ -300,6 +310,8 @@ def saturation_panel(
         present_level=sat.present_level if sat else None,
         next_level=sat.next_level if sat else None,
         saturation_replicas=report.saturation_replicas,
+        count_lines=tuple(count_lines),
+        count_top=count_top,
     )
 
 
@@ -420,6 +432,7 @@ def pool_status(
             desired_history(
                 session, pool.id, now - timedelta(seconds=settings.capacity.desired_history_s)
             ),
+            capacity.count_history(pool.name),
         )
         if capacity is not None
         else None,

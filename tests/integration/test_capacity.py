@@ -114,10 +114,14 @@ def test_a_loaded_pool_asks_for_the_pods_its_load_costs(client: TestClient) -> N
         'headroom_saturation_replicas{accelerator_type="",namespace="default",pool="default",'
         f'variant_name="default"}} {float(body["saturation_replicas"])}'
     ) in text
-    # The Overview shows it beside the level.
+    # The Overview shows it beside the level, with its ticks: the calm one's and this one's.
     sign_in_new_user(client, "ops", role="viewer")
-    shown = re.search(r'data-testid="saturation-replicas">(\d+)', client.get("/ui/").text)
+    page = client.get("/ui/").text
+    shown = re.search(r'data-testid="saturation-replicas">(\d+)', page)
     assert shown is not None and int(shown.group(1)) == body["saturation_replicas"]
+    assert 'data-testid="saturation-replicas-chart"' in page
+    counts = [c for _, c in runtime_of(client).capacity.count_history("default")]
+    assert counts[-2:] == [calm["saturation_replicas"], body["saturation_replicas"]]
 
 
 def test_saturation_is_exported_for_the_autoscaler(client: TestClient) -> None:

@@ -204,8 +204,14 @@ def test_the_overview_shows_the_saturation_panel_with_its_history(session: Sessi
     assert panel.span_s == pytest.approx(2.0)
     assert (panel.present_level, panel.next_level) == (None, None)  # nothing replayed
     assert panel.saturation_replicas is None  # a report without the count
-    counted = saturation_panel(dataclasses.replace(report, saturation_replicas=3), history)
-    assert counted is not None and counted.saturation_replicas == 3
+    assert panel.count_lines == ()
+    # The count and its ticks: 0 pods at the bottom, the most asked for at the top.
+    counts = [(now - timedelta(seconds=2), 2.0), (now - timedelta(seconds=1), None), (now, 4.0)]
+    counted = saturation_panel(
+        dataclasses.replace(report, saturation_replicas=4), history, counts=counts
+    )
+    assert counted is not None and counted.saturation_replicas == 4
+    assert (counted.count_lines, counted.count_top) == (("0.0,24.0", "240.0,0.0"), 4)
     # A mixed level shows its parts: the pods as they stand, the next interval's.
     mixed = dataclasses.replace(sat, present_level=0.1, next_level=0.475)
     parts = saturation_panel(dataclasses.replace(report, saturation=mixed), history)
