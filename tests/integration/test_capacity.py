@@ -120,8 +120,10 @@ def test_a_loaded_pool_asks_for_the_pods_its_load_costs(client: TestClient) -> N
     shown = re.search(r'data-testid="saturation-replicas">(\d+)', page)
     assert shown is not None and int(shown.group(1)) == body["saturation_replicas"]
     assert 'data-testid="saturation-replicas-chart"' in page
+    # (The monitor's own timer may add ticks between the test's: each reads the state then.)
     counts = [c for _, c in runtime_of(client).capacity.count_history("default")]
-    assert counts[-2:] == [calm["saturation_replicas"], body["saturation_replicas"]]
+    assert counts[-1] == body["saturation_replicas"]
+    assert calm["saturation_replicas"] in counts[: counts.index(body["saturation_replicas"])]
 
 
 def test_saturation_is_exported_for_the_autoscaler(client: TestClient) -> None:
