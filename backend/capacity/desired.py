@@ -105,6 +105,7 @@ def estimate(
         seed=seed,
         rate_window_s=settings.desired_rate_window_s or None,
         lead_s=settings.desired_lead_s or None,
+        plateau=settings.desired_plateau,
     )
     if est is None:
         return None

@@ -209,3 +209,28 @@ def test_the_job_replays_at_the_forecast_rate_with_a_lead(client: TestClient) ->
     load = forecast_load(rows, 10.0)
     assert 1.2 < load < 2.0  # not at the clamp
     assert by_lead == pytest.approx(by_mean * load)
+
+
+def test_the_plateau_setting_chooses_how_close_to_the_most_pods_the_count_aims(
+    client: TestClient,
+) -> None:
+    # A 150 ms TTFT SLO at a 0.999 target: out of reach at any pod count, so the answer is
+    # where more pods stop helping, and the plateau says how close to the most pods' attainment
+    # that is.
+    runtime = runtime_of(client)
+    set_slo(client, 150, 100)
+    assert client.put("/v1/policies/1", json={"target_slo_attainment": 0.999}).status_code == 200
+    post(client, epp_samples())
+
+    def stored(plateau: float) -> DesiredReplicas:
+        settings = runtime.settings.capacity.model_copy(update={"desired_plateau": plateau})
+        assert refresh_all(runtime.sessions, settings) == 1
+        with runtime.sessions() as session:
+            return session.scalars(select(DesiredReplicas)).one()
+
+    close, loose = stored(0.0), stored(0.5)
+    # Plateau 0: the fewest pods that attain what the most pods do.
+    assert not close.met and close.attainment < 0.999
+    # Plateau 0.5: the fewest within half of that, far fewer pods.
+    assert loose.replicas < close.replicas
+    assert close.attainment - 0.5 <= loose.attainment < close.attainment

@@ -214,6 +214,7 @@ def test_desired_replicas_runs_the_services_estimate_on_the_posted_samples() -> 
     # The service's path on the same rows gives the same count (the simulations are seeded),
     # with the service's look-ahead, its trend read over 300 s of samples.
     assert scaler.lead_s == CapacitySettings().desired_lead_s
+    assert scaler.plateau == CapacitySettings().desired_plateau  # one default for both
     expected = estimate_replicas(
         rows, SLO, 0.9, router="llm-d-322", max_replicas=6, lead_s=scaler.lead_s, trend_rows=rows
     )
