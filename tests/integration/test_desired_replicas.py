@@ -234,3 +234,8 @@ def test_the_plateau_setting_chooses_how_close_to_the_most_pods_the_count_aims(
     # Plateau 0.5: the fewest within half of that, far fewer pods.
     assert loose.replicas < close.replicas
     assert close.attainment - 0.5 <= loose.attainment < close.attainment
+    # The Overview says the count is where more pods stop helping, not a met target.
+    runtime.capacity.refresh()
+    sign_in_new_user(client, "ops", role="viewer")
+    page = client.get("/ui/").text
+    assert "out of reach" in page and "where more pods stop helping" in page
