@@ -359,15 +359,6 @@ class CapacitySettings(BaseModel):
         "asked for are sized for when they are ready (0: at the lookback's mean rate). "
         "Setting desired_rate_window_s replaces it.",
     )
-    desired_plateau: float = Field(
-        0.01,
-        ge=0,
-        le=0.5,
-        description="When the target is out of reach (or within this of it), desired "
-        "replicas asks for the fewest pods within this share of what the most pods attain: "
-        "smaller aims closer to that ceiling for more pods (measured in docs/capacity.md, "
-        "'The plateau').",
-    )
     desired_recalibrate_s: float = Field(
         600.0,
         ge=0,

@@ -29,6 +29,7 @@ from backend.samples.repository import RECENT_COLUMNS, recent_samples
 from backend.settings import CapacitySettings
 from backend.sim.fromsamples import (
     CALIBRATION_STEPS,
+    PLATEAU_TOLERANCE,
     Calibration,
     Router,
     SampleRow,
@@ -91,6 +92,7 @@ def estimate(
     settings: CapacitySettings,
     seed: int = 0,
     calibrated: Calibration | None = None,
+    plateau: float = PLATEAU_TOLERANCE,
 ) -> Estimate | None:
     """Rebuild, calibrate (unless ``calibrated`` is given), bisect
     (``fromsamples.estimate_replicas``, the simulator's autoscaler's path too); None when the
@@ -105,7 +107,7 @@ def estimate(
         seed=seed,
         rate_window_s=settings.desired_rate_window_s or None,
         lead_s=settings.desired_lead_s or None,
-        plateau=settings.desired_plateau,
+        plateau=plateau,
     )
     if est is None:
         return None
@@ -215,7 +217,14 @@ def refresh_pool(
         # Routed by desired replicas' router: the replicas it estimates are that router's.
         router = desired_router(settings)
         kept = _calibration(pool_id, router, settings)
-        est = estimate(rows, slo, spec.target_slo_attainment, settings, calibrated=kept)
+        est = estimate(
+            rows,
+            slo,
+            spec.target_slo_attainment,
+            settings,
+            calibrated=kept,
+            plateau=spec.desired_plateau,
+        )
         if est is not None and kept is None:
             _calibrations[(pool_id, router.name)] = (time.monotonic(), est.calibration)
     with write(session):

@@ -9,10 +9,15 @@ _TRANSFER_PREFIX = "transfer_"
 
 
 def to_scheduling(spec: PolicySpec) -> SchedulingPolicy:
-    # The SLOs and the attainment target are the service's (saturation, desired replicas), not
-    # the chain's.
+    # The SLOs, the attainment target and its plateau are the service's (saturation, desired
+    # replicas), not the chain's.
     data = spec.model_dump(
-        exclude={"default_ttft_slo_ms", "default_tpot_slo_ms", "target_slo_attainment"}
+        exclude={
+            "default_ttft_slo_ms",
+            "default_tpot_slo_ms",
+            "target_slo_attainment",
+            "desired_plateau",
+        }
     )
     transfer = {"kv_bytes_per_token": data.pop("kv_bytes_per_token")}
     for key in [k for k in data if k.startswith(_TRANSFER_PREFIX)]:

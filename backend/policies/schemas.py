@@ -234,6 +234,14 @@ class PolicySpec(BaseModel):
         description="Share of requests to keep within SLO; desired replicas is the fewest pods "
         "the replayed traffic needs for it.",
     )
+    desired_plateau: float = Field(
+        0.01,
+        ge=0.0,
+        le=0.5,
+        description="Where the target is out of reach (or within this of what the most pods "
+        "attain), desired replicas asks for the fewest pods within this share of the most "
+        "pods' attainment: smaller aims closer to that ceiling, for more pods.",
+    )
 
     @field_validator("load_prefix_prefix_weight")
     @classmethod

@@ -211,20 +211,21 @@ def test_the_job_replays_at_the_forecast_rate_with_a_lead(client: TestClient) ->
     assert by_lead == pytest.approx(by_mean * load)
 
 
-def test_the_plateau_setting_chooses_how_close_to_the_most_pods_the_count_aims(
+def test_the_policys_plateau_chooses_how_close_to_the_most_pods_the_count_aims(
     client: TestClient,
 ) -> None:
     # A 150 ms TTFT SLO at a 0.999 target: out of reach at any pod count, so the answer is
-    # where more pods stop helping, and the plateau says how close to the most pods' attainment
-    # that is.
+    # where more pods stop helping, and the pool's policy says how close to the most pods'
+    # attainment that is.
     runtime = runtime_of(client)
     set_slo(client, 150, 100)
     assert client.put("/v1/policies/1", json={"target_slo_attainment": 0.999}).status_code == 200
     post(client, epp_samples())
 
     def stored(plateau: float) -> DesiredReplicas:
-        settings = runtime.settings.capacity.model_copy(update={"desired_plateau": plateau})
-        assert refresh_all(runtime.sessions, settings) == 1
+        response = client.put("/v1/policies/1", json={"desired_plateau": plateau})
+        assert response.status_code == 200, response.text
+        assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1
         with runtime.sessions() as session:
             return session.scalars(select(DesiredReplicas)).one()
 
@@ -239,3 +240,8 @@ def test_the_plateau_setting_chooses_how_close_to_the_most_pods_the_count_aims(
     sign_in_new_user(client, "ops", role="viewer")
     page = client.get("/ui/").text
     assert "out of reach" in page and "where more pods stop helping" in page
+    # Out of its bounds it is refused, naming the field, and the stored plateau stays.
+    for bad in (-0.01, 0.6, "wide"):
+        response = client.put("/v1/policies/1", json={"desired_plateau": bad})
+        assert response.status_code == 422 and "desired_plateau" in response.text
+    assert client.get("/v1/policies/1").json()["spec"]["desired_plateau"] == 0.5

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from backend.policies.schemas import PolicySpec
 from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
@@ -214,7 +215,7 @@ def test_desired_replicas_runs_the_services_estimate_on_the_posted_samples() -> 
     # The service's path on the same rows gives the same count (the simulations are seeded),
     # with the service's look-ahead, its trend read over 300 s of samples.
     assert scaler.lead_s == CapacitySettings().desired_lead_s
-    assert scaler.plateau == CapacitySettings().desired_plateau  # one default for both
+    assert scaler.plateau == PolicySpec().desired_plateau  # one default for both
     expected = estimate_replicas(
         rows, SLO, 0.9, router="llm-d-322", max_replicas=6, lead_s=scaler.lead_s, trend_rows=rows
     )
