@@ -163,10 +163,17 @@ def edit_policy(
     return policy
 
 
-# Fields a preset leaves alone: the pool's SLOs and its model's and network's facts are not
-# routing choices, so resetting the routing to upstream's must not erase them.
+# Fields a preset leaves alone: the pool's SLOs, its capacity targets (what desired replicas
+# aims at) and its model's and network's facts are not routing choices, so resetting the
+# routing to upstream's must not erase them.
 _PRESET_KEEPS = frozenset(
-    {"default_ttft_slo_ms", "default_tpot_slo_ms", "kv_bytes_per_token"}
+    {
+        "default_ttft_slo_ms",
+        "default_tpot_slo_ms",
+        "target_slo_attainment",
+        "desired_plateau",
+        "kv_bytes_per_token",
+    }
     | {name for name in PolicySpec.model_fields if name.startswith("transfer_")}
 )
 PRESETS: dict[str, PolicySpec] = {"upstream": UPSTREAM_SPEC}
@@ -182,8 +189,8 @@ def apply_preset(
     actor: Actor,
     base_version: int | None = None,
 ) -> Policy:
-    """Set the policy's routing fields to a preset's (a new audited version; SLOs and the
-    model's transfer facts stay)."""
+    """Set the policy's routing fields to a preset's (a new audited version; SLOs, capacity
+    targets and the model's transfer facts stay)."""
     if preset not in PRESETS:
         raise NotFound(f"no preset {preset!r}; presets: {', '.join(PRESETS)}")
     fields = {

@@ -225,7 +225,13 @@ def test_upstream_preset_resets_routing_and_keeps_slos(
     policy_id = embedded.get("/v1/policies", headers=alice).json()[0]["id"]
     edited = embedded.put(
         f"/v1/policies/{policy_id}",
-        json={"strategy": "most", "picker": "best_fit", "default_ttft_slo_ms": 800},
+        json={
+            "strategy": "most",
+            "picker": "best_fit",
+            "default_ttft_slo_ms": 800,
+            "target_slo_attainment": 0.9,
+            "desired_plateau": 0.05,
+        },
         headers=alice,
     ).json()
     r = embedded.post(
@@ -237,6 +243,8 @@ def test_upstream_preset_resets_routing_and_keeps_slos(
     spec = r.json()["spec"]
     assert spec["strategy"] == "least" and spec["picker"] == "weighted_random"
     assert spec["default_ttft_slo_ms"] == 800
+    # The capacity targets are the pool's, not the routing's: they stay too.
+    assert (spec["target_slo_attainment"], spec["desired_plateau"]) == (0.9, 0.05)
     stale = embedded.post(
         f"/v1/policies/{policy_id}/preset/upstream", json={"base_version": 1}, headers=alice
     )
