@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from backend.policies.schemas import PolicySpec
+from backend.policies.schemas import SERVICE_FIELDS, PolicySpec
 from backend.scheduling.types import SchedulingPolicy, TransferConfig
 
 _TRANSFER_PREFIX = "transfer_"
 
 
 def to_scheduling(spec: PolicySpec) -> SchedulingPolicy:
-    # The SLOs, the attainment target and its plateau are the service's (saturation, desired
-    # replicas), not the chain's.
-    data = spec.model_dump(
-        exclude={
-            "default_ttft_slo_ms",
-            "default_tpot_slo_ms",
-            "target_slo_attainment",
-            "desired_plateau",
-        }
-    )
+    data = spec.model_dump(exclude=set(SERVICE_FIELDS))
     transfer = {"kv_bytes_per_token": data.pop("kv_bytes_per_token")}
     for key in [k for k in data if k.startswith(_TRANSFER_PREFIX)]:
         transfer[key.removeprefix(_TRANSFER_PREFIX)] = data.pop(key)

@@ -20,7 +20,13 @@ from backend.auth.service import Actor
 from backend.exceptions import Conflict, NotFound
 from backend.policies.mapping import to_scheduling
 from backend.policies.models import Objective, Policy, PolicyVersion
-from backend.policies.schemas import UPSTREAM_SPEC, ObjectiveCreate, ObjectiveUpdate, PolicySpec
+from backend.policies.schemas import (
+    SERVICE_FIELDS,
+    UPSTREAM_SPEC,
+    ObjectiveCreate,
+    ObjectiveUpdate,
+    PolicySpec,
+)
 from backend.pools.models import Pool
 from backend.scheduling.epp_config import HeadroomOnly, epp_config_yaml, headroom_only
 from backend.transactions import Invalidates, after_commit, write
@@ -163,17 +169,12 @@ def edit_policy(
     return policy
 
 
-# Fields a preset leaves alone: the pool's SLOs, its capacity targets (what desired replicas
-# aims at) and its model's and network's facts are not routing choices, so resetting the
-# routing to upstream's must not erase them.
-_PRESET_KEEPS = frozenset(
-    {
-        "default_ttft_slo_ms",
-        "default_tpot_slo_ms",
-        "target_slo_attainment",
-        "desired_plateau",
-        "kv_bytes_per_token",
-    }
+# Fields a preset leaves alone: the pool's SLOs and capacity targets and its model's and
+# network's facts are not routing choices, so resetting the routing to upstream's must not
+# erase them.
+_PRESET_KEEPS = (
+    SERVICE_FIELDS
+    | {"kv_bytes_per_token"}
     | {name for name in PolicySpec.model_fields if name.startswith("transfer_")}
 )
 PRESETS: dict[str, PolicySpec] = {"upstream": UPSTREAM_SPEC}
