@@ -132,13 +132,6 @@ TPOT_BASE_FEATURES: Final = (
     "context_tokens",
 )
 
-LOAD_GAUGES: Final = ("kv_cache_percentage", "num_request_waiting", "num_request_running")
-"""The pod's load, in the columns that carry it: the hybrid's predictions never fall as any of
-them rises (its base has non-negative slopes, its trees are constrained non-decreasing in them).
-A fuller pod never predicts less latency, which the router's pick of the lowest prediction and
-the saturation level (rising as pods fill) both rely on. The request's own size, its prefix
-score and the progress fields are not load: their effect may go either way."""
-
 
 def _rows(cols: Columns) -> int:
     for name in REQUIRED_FIELDS:
@@ -223,11 +216,6 @@ def feature_names(target: Target) -> tuple[str, ...]:
 
 def base_feature_names(target: Target) -> tuple[str, ...]:
     return TTFT_BASE_FEATURES if target == "ttft" else TPOT_BASE_FEATURES
-
-
-def load_feature_names(target: Target) -> tuple[str, ...]:
-    """The target's ``LOAD_GAUGES`` columns, in feature order."""
-    return tuple(name for name in feature_names(target) if name in LOAD_GAUGES)
 
 
 def feature_matrix(target: Target, cols: Columns) -> FeatureMatrix:

@@ -10,9 +10,7 @@ Two kinds:
   predicts less latency), fitted by robust, relatively weighted NNLS. The trees fit the log of
   what the base leaves over, ``log(y / base)``, so in range they recover XGBoost's accuracy,
   while out of range they can only hold the edge's ratio (bounded by ``m``) and the base carries
-  the trend. The trees are constrained non-decreasing in the ``rising`` features (the pod's load
-  gauges), so the product is too: unconstrained, a tree split could make a fuller pod predict
-  less, which the router would then pick.
+  the trend.
 
 For the quantile objective the base is still fitted for the centre and the trees fit the
 ``alpha`` quantile of the log-ratio; a quantile survives any monotone transform, so
@@ -217,10 +215,6 @@ class LatencyModel(ABC):
     def _header_extra(self) -> dict[str, Any]:
         return {}
 
-    def _rising(self) -> tuple[str, ...]:
-        """Features the trees must not decrease along (none: unconstrained, as upstream's)."""
-        return ()
-
     def _restore(self, header: dict[str, Any], booster: xgb.Booster) -> None:
         self._set_booster(booster)
 
@@ -263,11 +257,6 @@ class LatencyModel(ABC):
             "nthread": p.nthread or os.cpu_count() or 1,
             "seed": p.seed,
         }
-        rising = self._rising()
-        if rising:
-            settings["monotone_constraints"] = (
-                "(" + ",".join("1" if name in rising else "0" for name in self.feature_names) + ")"
-            )
         if self.objective == "quantile":
             settings |= {"objective": "reg:quantileerror", "quantile_alpha": self.quantile}
         else:
@@ -319,16 +308,13 @@ class HybridModel(LatencyModel):
         objective: LossObjective = "mean",
         quantile: float = 0.9,
         params: TrainParams | None = None,
-        rising: Sequence[str] = (),
     ) -> None:
         super().__init__(feature_names, objective=objective, quantile=quantile, params=params)
         chosen = tuple(base_features) if base_features is not None else self.feature_names
-        for what, names in (("base", chosen), ("rising", tuple(rising))):
-            unknown = [name for name in names if name not in self.feature_names]
-            if unknown:
-                raise ValueError(f"{what} features not among the model's features: {unknown}")
+        unknown = [name for name in chosen if name not in self.feature_names]
+        if unknown:
+            raise ValueError(f"base features not among the model's features: {unknown}")
         self.base_features: tuple[str, ...] = chosen
-        self.rising: tuple[str, ...] = tuple(rising)
         self._base_index = np.array(
             [self.feature_names.index(name) for name in chosen], dtype=np.intp
         )
@@ -385,12 +371,8 @@ class HybridModel(LatencyModel):
                 "intercept": self._intercept,
                 "coefficients": self._coef,
                 "floor": self._floor,
-            },
-            "rising": list(self.rising),
+            }
         }
-
-    def _rising(self) -> tuple[str, ...]:
-        return self.rising
 
     @classmethod
     def _empty(cls, header: dict[str, Any]) -> Self:
@@ -400,8 +382,6 @@ class HybridModel(LatencyModel):
             objective=header["objective"],
             quantile=header["quantile"],
             params=TrainParams.from_dict(header.get("params", {})),
-            # Artifacts from before the constraint were trained without it.
-            rising=header.get("rising", ()),
         )
 
     def _restore(self, header: dict[str, Any], booster: xgb.Booster) -> None:
@@ -418,10 +398,7 @@ def make_model(
     objective: LossObjective = "mean",
     quantile: float = 0.9,
     params: TrainParams | None = None,
-    rising: Sequence[str] = (),
 ) -> LatencyModel:
-    """``rising``: the hybrid's features its predictions never fall along; upstream's kind
-    ignores it (it is upstream's unconstrained XGBoost)."""
     if kind == "hybrid":
         return HybridModel(
             feature_names,
@@ -429,7 +406,6 @@ def make_model(
             objective=objective,
             quantile=quantile,
             params=params,
-            rising=rising,
         )
     if kind == "xgboost":
         return XGBoostModel(feature_names, objective=objective, quantile=quantile, params=params)

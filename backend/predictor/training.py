@@ -18,7 +18,6 @@ from backend.predictor.features import (
     class_vocabulary,
     feature_matrix,
     feature_names,
-    load_feature_names,
     pod_class_codes,
 )
 from backend.predictor.regressors import Kind, LatencyModel, LossObjective, TrainParams, make_model
@@ -77,7 +76,6 @@ def train_target(
         objective=objective,
         quantile=quantile,
         params=params,
-        rising=load_feature_names(target),
     )
     model.classes = classes
     model.fit(X[train], labels[train])

@@ -5,18 +5,13 @@ import json
 import numpy as np
 import pytest
 import xgboost as xgb
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from backend.predictor.artifacts import MAGIC, ArtifactError, decode_envelope
 from backend.predictor.evaluation import evaluate
 from backend.predictor.features import (
-    LOAD_GAUGES,
     TTFT_BASE_FEATURES,
     TTFT_FEATURES,
-    Target,
     feature_matrix,
-    load_feature_names,
     ttft_features,
 )
 from backend.predictor.regressors import (
@@ -28,11 +23,7 @@ from backend.predictor.regressors import (
     load_model,
     make_model,
 )
-from backend.predictor.training import predict_columns
-from backend.sim.gpu import load_profile
-from backend.sim.latency import sample_rows
 from tests.unit.predictor.synthetic import Batch, sample
-from tests.unit.predictor.trained import PROFILE, trained
 
 
 @pytest.fixture(scope="module")
@@ -201,49 +192,3 @@ def test_nonnegative_fit_recovers_slopes_and_clamps_negative_ones() -> None:
     # A driver that lowers latency gets no credit: the trend must never fall with more work.
     _, slopes = fit_nonnegative(drivers, 500.0 - drivers[:, 0] + drivers[:, 1])
     assert slopes[0] == 0.0 and slopes[1] > 0
-
-
-# Rows the property below starts from: the generator's, idle to saturated pods.
-_ROWS = sample_rows(400, np.random.default_rng(7), load_profile(PROFILE))
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    target=st.sampled_from(["ttft", "tpot"]),
-    row=st.integers(0, 399),
-    running=st.integers(0, 64),
-    waiting=st.integers(0, 64),
-    kv=st.floats(0.0, 1.0),
-)
-def test_a_fuller_pod_never_predicts_less(
-    target: Target, row: int, running: int, waiting: int, kv: float
-) -> None:
-    """More requests running or waiting on a pod, or a fuller KV cache, never lower the
-    trained hybrid's prediction (its base has non-negative slopes, its trees are constrained
-    non-decreasing in these gauges): the router picks the lowest prediction, and a split that
-    made a fuller pod look faster would send it more."""
-    model = trained(target)
-    before = {name: np.asarray(col)[row : row + 1] for name, col in _ROWS.items()}
-    after = dict(before)
-    after["num_request_running"] = before["num_request_running"] + running
-    after["num_request_waiting"] = before["num_request_waiting"] + waiting
-    after["kv_cache_percentage"] = np.minimum(1.0, before["kv_cache_percentage"] + kv)
-    low = predict_columns(model, target, before)[0]
-    high = predict_columns(model, target, after)[0]
-    assert high >= low * (1.0 - 1e-6)
-
-
-def test_the_constraint_is_on_the_load_gauges_only_and_survives_the_artifact() -> None:
-    """Trained with the constraint, the model says so, and a reloaded artifact keeps it; the
-    upstream kind stays unconstrained, as upstream trains it."""
-    for target in ("ttft", "tpot"):
-        model = trained(target)
-        assert isinstance(model, HybridModel)
-        assert model.rising == load_feature_names(target)
-        assert set(model.rising) == set(LOAD_GAUGES)
-        again = load_model(model.to_artifact())
-        assert isinstance(again, HybridModel) and again.rising == model.rising
-    upstream = make_model("xgboost", TTFT_FEATURES, rising=LOAD_GAUGES)
-    assert not isinstance(upstream, HybridModel)
-    with pytest.raises(ValueError, match="rising"):
-        HybridModel(TTFT_FEATURES, rising=["nope"])

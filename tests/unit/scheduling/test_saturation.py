@@ -22,7 +22,6 @@ from backend.scheduling.saturation import (
     scaled,
 )
 from backend.scheduling.types import Candidate, FloatArray, SchedulingPolicy
-from tests.unit.predictor.trained import predict as trained_predict
 from tests.unit.scheduling.helpers import pod
 
 POLICY = SchedulingPolicy()
@@ -197,46 +196,6 @@ def test_saturation_rises_monotonically_as_pods_fill(
         assert after.level >= before.level
     for b, a in zip(before.pods, after.pods, strict=True):
         assert a.level >= b.level
-
-
-gauges = st.tuples(st.integers(0, 40), st.integers(0, 20), st.floats(0.0, 1.0))
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    start=st.lists(load, min_size=1, max_size=4),
-    more=st.lists(gauges, min_size=4, max_size=4),
-    prompts=st.lists(st.integers(1, 8_000), min_size=1, max_size=8),
-    ttft_slo=st.floats(30.0, 3000.0),
-    tpot_slo=st.floats(8.0, 60.0),
-    strategy=st.sampled_from(["least", "most"]),
-    log_sd=st.sampled_from([None, 0.1, 0.4]),
-)
-def test_with_the_trained_models_saturation_rises_as_pods_fill(
-    start: list[tuple[int, int, float, int]],
-    more: list[tuple[int, int, float]],
-    prompts: list[int],
-    ttft_slo: float,
-    tpot_slo: float,
-    strategy: str,
-    log_sd: float | None,
-) -> None:
-    """The property above over the models Headroom trains (the hybrid, by the product's own
-    training path on the generator's rows), not a hand-written one: more requests running or
-    waiting, or a fuller KV cache, on any pod never lower a pod's level, nor the pool's by the
-    0/1 rule (the tokens in flight as they are: the models are non-decreasing in those three
-    gauges by construction, backend/predictor/features.py LOAD_GAUGES)."""
-    meet = None if log_sd is None else _spread(_one_band(log_sd))
-    pods = _loaded_pods(start)
-    fuller = _filled(pods, [(r, w, kv, 0) for r, w, kv in more])
-    requests = [Representative(p, 0.0) for p in prompts]
-    policy = SchedulingPolicy(strategy=strategy)  # type: ignore[arg-type]
-    before = saturation(pods, requests, policy, ttft_slo, tpot_slo, trained_predict, meet)
-    after = saturation(fuller, requests, policy, ttft_slo, tpot_slo, trained_predict, meet)
-    if meet is None:
-        assert after.level >= before.level
-    for b, a in zip(before.pods, after.pods, strict=True):
-        assert a.level >= b.level - 1e-12
 
 
 def test_with_no_spread_the_probability_rule_is_the_zero_one_rule() -> None:
