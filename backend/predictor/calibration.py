@@ -122,14 +122,15 @@ class Calibration:
         return self.mean_factor(load) * self.upper(load)
 
     def below(self, load: npt.ArrayLike, served: npt.ArrayLike, limit: float) -> FloatArray:
-        """P(actual < ``limit``) per row whose served mean is ``served``: the band's share of
-        ratios below ``limit / served``. Strictly below, as the 0/1 rule (``served < limit``)
-        it reduces to when the spread is nil; a non-finite or non-positive mean never meets."""
+        """P(actual <= ``limit``) per row whose served mean is ``served``: the band's share of
+        ratios at or under ``limit / served``. At or under, as the 0/1 rule (``served <=
+        limit``, the chain's tier) it reduces to when the spread is nil; a non-finite or
+        non-positive mean never meets."""
         mean = np.asarray(served, dtype=np.float64).reshape(-1)
         ok = np.isfinite(mean) & (mean > 0)
         x = np.where(ok, limit / np.where(ok, mean, 1.0), -np.inf)
         pts = np.asarray(self.points, dtype=np.float64)[self.band(load).reshape(-1)]
-        below = (pts < x[:, None]).sum(axis=1)
+        below = (pts <= x[:, None]).sum(axis=1)
         # The step CDF of the quantile points: between the k-th and (k+1)-th point it reads
         # halfway between their levels (with uniform levels, k / POINTS: the empirical share).
         lv = np.asarray(self.levels, dtype=np.float64)
@@ -348,7 +349,8 @@ def meet_probability(
     """P(a request meets both SLOs) per row, from the served means and each target's spread at
     the row's load. A target without a calibration counts by the 0/1 rule (mean < SLO). The two
     ratios are taken as independent: TTFT is set by the queue ahead at arrival and TPOT by the
-    batch over the whole decode, and a product is what the chain's AND of two tiers needs."""
+    batch over the whole decode, and a product is what the chain's AND of two tiers needs.
+    At the SLO counts as meeting it (``Calibration.below``), as the chain's tier counts it."""
     ttft = np.asarray(ttft_ms, dtype=np.float64).reshape(-1)
     tpot = np.asarray(tpot_ms, dtype=np.float64).reshape(-1)
     lo = np.asarray(load, dtype=np.float64).reshape(-1)
@@ -356,5 +358,5 @@ def meet_probability(
     for mean, slo, cal in ((ttft, ttft_slo_ms, ttft_cal), (tpot, tpot_slo_ms, tpot_cal)):
         if slo is None:
             continue
-        p *= cal.below(lo, mean, slo) if cal is not None else (mean < slo).astype(np.float64)
+        p *= cal.below(lo, mean, slo) if cal is not None else (mean <= slo).astype(np.float64)
     return p

@@ -481,11 +481,14 @@ def _meets(
     ttft: FloatArray, tpot: FloatArray, ttft_slo: float | None, tpot_slo: float | None
 ) -> BoolArray:
     ok = np.isfinite(ttft) & np.isfinite(tpot)
-    # Strictly below, as upstream's IsValid: a prediction equal to the SLO misses it.
+    # At or under the SLO, as the chain's tier counts a pod positive (headroom >= 0, upstream's
+    # slo-headroom-tier-filter). Strictly under (upstream's IsValid) counted a pod the chain
+    # picks at exactly its SLO as a miss, and filling that pod then lowered the pool's level:
+    # under `least` the chain packs the request onto the pod with the least headroom, 0.
     if ttft_slo is not None:
-        ok &= ttft < ttft_slo
+        ok &= ttft <= ttft_slo
     if tpot_slo is not None:
-        ok &= tpot < tpot_slo
+        ok &= tpot <= tpot_slo
     return ok
 
 

@@ -168,11 +168,13 @@ def test_with_no_spread_the_probability_is_the_zero_one_rule() -> None:
     cal = fit_calibration(load, served, served)  # actual == served: every ratio is 1
     assert cal is not None
     p = meet_probability(load, served, served * 0.0 + 1.0, 30.0, 2.0, cal, cal)
-    np.testing.assert_array_equal(p, ((served < 30.0) & (1.0 < 2.0)).astype(float))
-    # Equal to the SLO misses, as the chain's strict rule; no calibration: the 0/1 rule.
-    assert meet_probability([0.0], [30.0], [1.0], 30.0, None, cal, None)[0] == 0.0
+    np.testing.assert_array_equal(p, ((served <= 30.0) & (1.0 <= 2.0)).astype(float))
+    # At the SLO meets, as the chain's tier counts a pod positive (headroom >= 0); just over
+    # it misses; no calibration: the 0/1 rule.
+    assert meet_probability([0.0], [30.0], [1.0], 30.0, None, cal, None)[0] == 1.0
+    assert meet_probability([0.0], [30.0001], [1.0], 30.0, None, cal, None)[0] == 0.0
     np.testing.assert_array_equal(
-        meet_probability(load, served, served, 30.0, None, None, None), (served < 30.0) * 1.0
+        meet_probability(load, served, served, 30.0, None, None, None), (served <= 30.0) * 1.0
     )
 
 

@@ -198,6 +198,25 @@ def test_saturation_rises_monotonically_as_pods_fill(
         assert a.level >= b.level
 
 
+def test_a_pod_the_chain_picks_at_exactly_its_slo_counts_as_meeting() -> None:
+    """Found by Hypothesis: one busy pod predicted at exactly the TPOT SLO (8 + 0.5 x 34 = 25 ms)
+    beside idle ones. The chain's tier counts it positive (headroom >= 0) and ``least`` packs
+    the request there; counted as a miss (strictly under, upstream's IsValid), the pool read 1,
+    and filling that pod's KV (it leaves the tier) lowered the pool to 0. The level counts a
+    prediction at the SLO as meeting, as the tier does, so the pool's level cannot fall."""
+    busy = [pod(f"p{i}", num_request_running=0, num_request_waiting=0) for i in range(3)]
+    busy.append(pod("p3", num_request_running=34, num_request_waiting=0, kv_cache_percentage=0.0))
+    fuller = [*busy[:3], dataclasses.replace(busy[3], kv_cache_percentage=1.0)]
+    least = SchedulingPolicy(strategy="least")
+    one = [Representative(1, 0.0)]
+    before = saturation(busy, one, least, 157.0, 25.0, linear)
+    after = saturation(fuller, one, least, 157.0, 25.0, linear)
+    assert before.p50.pod == "p3" and before.p50.tpot_headroom_ms == 0.0
+    assert before.level == 0.0 and after.level == 0.0
+    for meet in (_spread(_one_band(0.0)), None):
+        assert saturation(busy, one, least, 157.0, 25.0, linear, meet).pods[3].level == 0.0
+
+
 def test_with_no_spread_the_probability_rule_is_the_zero_one_rule() -> None:
     pods = [
         pod("a", num_request_running=0, num_request_waiting=0, kv_cache_percentage=0.0),
