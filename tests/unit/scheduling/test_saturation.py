@@ -16,6 +16,7 @@ from backend.scheduling.saturation import (
     MeetProbability,
     Representative,
     Saturation,
+    latency_requests,
     project,
     saturation,
     saturation_replicas,
@@ -261,6 +262,19 @@ ONE = [Representative(2000, 0.0)]
 
 def _arrivals(times: Sequence[float], weights: Sequence[float] | None = None) -> Arrivals:
     return Arrivals(tuple(times), 60.0, 11.0, tuple(weights) if weights is not None else None)
+
+
+def test_the_replays_latency_requests_are_the_midpoint_quantiles_of_the_prompts() -> None:
+    """Their mean stands for the requests' mean: neither the shortest nor the longest prompt,
+    each of which stands for half a step of the distribution, is taken as a whole one."""
+    many = [Representative(p, 0.0) for p in range(32, 0, -1)]  # unsorted on purpose
+    assert [r.prompt_tokens for r in latency_requests(many)] == [3, 7, 11, 15, 19, 23, 27, 31]
+    few = [Representative(p, 0.0) for p in (500, 100, 300)]
+    assert [r.prompt_tokens for r in latency_requests(few)] == [100, 300, 500]
+    # A long tail: the longest of 32, 100 times the rest, is not one of the picks (evenly
+    # spaced from the shortest to the longest, it was, at an eighth of the mean).
+    tail = [Representative(1000, 0.0)] * 31 + [Representative(100_000, 0.0)]
+    assert [r.prompt_tokens for r in latency_requests(tail)] == [1000] * 8
 
 
 def test_with_no_arrivals_the_level_is_the_present_one() -> None:
