@@ -347,7 +347,7 @@ def meet_probability(
     tpot_cal: Calibration | None,
 ) -> FloatArray:
     """P(a request meets both SLOs) per row, from the served means and each target's spread at
-    the row's load. A target without a calibration counts by the 0/1 rule (mean < SLO). The two
+    the row's load. A target without a calibration counts by the 0/1 rule (mean <= SLO). The two
     ratios are taken as independent: TTFT is set by the queue ahead at arrival and TPOT by the
     batch over the whole decode, and a product is what the chain's AND of two tiers needs.
     At the SLO counts as meeting it (``Calibration.below``), as the chain's tier counts it."""

@@ -246,9 +246,9 @@ def latency_requests(
     (k + 0.5) / most of the sorted list): their mean latency stands for the requests'. Points
     that include both ends (a first version's, evenly spaced from the shortest to the longest)
     weigh each end as a whole step of the distribution where it stands for half of one; on
-    Mooncake's long-tailed prompts the longest one's TTFT lifted the replay's prefill stage
-    (4.1 s against the 1.74 s measured), and the replay read 15-18 points pessimistic past
-    saturation (docs/capacity.md, "The replay's representatives at midpoint quantiles")."""
+    Mooncake's long-tailed prompts the longest one's TTFT lifted the replay's prefill stage,
+    and the replay read 15-18 points pessimistic at 1.2x saturation, 8.6-9.1 with midpoints
+    (docs/capacity.md, "The replay's representatives at midpoint quantiles")."""
     ordered = sorted(requests, key=lambda r: (r.prompt_tokens, r.prefix_cache_score))
     m = min(most, len(ordered))
     return [ordered[int((k + 0.5) * len(ordered) / m)] for k in range(m)]
