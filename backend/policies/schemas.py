@@ -259,14 +259,14 @@ class PolicySpec(BaseModel):
 
 
 UPSTREAM_SPEC: Final = PolicySpec(strategy=_LIBRARY.strategy)
+"""Upstream llm-d's shipped value in every field (the `upstream` preset): its `to_scheduling` is the
+scheduling library's `SchedulingPolicy()`."""
 
 SERVICE_FIELDS: Final = frozenset(
     {"default_ttft_slo_ms", "default_tpot_slo_ms", "target_slo_attainment", "desired_plateau"}
 )
 """The pool's SLOs and capacity targets: the service's (saturation, desired replicas), not
 routing choices. The chain never sees them, and a routing preset leaves them alone."""
-"""Upstream llm-d's shipped value in every field (the `upstream` preset): its `to_scheduling` is the
-scheduling library's `SchedulingPolicy()`."""
 
 
 class PolicyCreate(PolicySpec):
