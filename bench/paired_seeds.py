@@ -49,7 +49,8 @@ def interval(diffs: np.ndarray) -> dict[str, float]:
     }
 
 
-def compare(before: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def compare(before: dict[Any, dict[str, Any]], other: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """Paired over the keys both runs hold: seeds of one trace, or (trace, seed) pooled."""
     seeds = sorted(set(before) & set(other))
 
     def diff(read: Callable[[dict[str, Any]], float], scale: float = 1.0) -> np.ndarray:
@@ -74,6 +75,12 @@ def compare(before: dict[int, dict[str, Any]], other: dict[int, dict[str, Any]])
     }
 
 
+def pooled_by_trace_and_seed(
+    runs: dict[str, dict[int, dict[str, Any]]],
+) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(suite, seed): r for suite, seeds in runs.items() for seed, r in seeds.items()}
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -83,13 +90,8 @@ def main(argv: list[str]) -> int:
     for path in argv[1:]:
         other = per_seed(path)
         out[path] = {suite: compare(before[suite], other[suite]) for suite in before}
-        pooled_b = {(k, s): v for k in before for s, v in before[k].items()}
-        pooled_o = {(k, s): v for k in other for s, v in other[k].items()}
-        keys = sorted(set(pooled_b) & set(pooled_o))
-        diffs = np.array(
-            [pooled_o[k]["ttft_live_mape_pct"] - pooled_b[k]["ttft_live_mape_pct"] for k in keys]
-        )
-        out[path]["pooled_ttft_mape_diff"] = interval(diffs)
+        pooled = compare(pooled_by_trace_and_seed(before), pooled_by_trace_and_seed(other))
+        out[path]["pooled_ttft_mape_diff"] = pooled["ttft_mape_diff"]
     print(json.dumps(out, indent=1))
     return 0
 
