@@ -24,13 +24,13 @@ instant mostly sees the calm between bursts, while most requests arrive inside o
 ``Arrivals`` (the pool's recent arrival times and mean output length) those arrivals are
 replayed from now onto the pods (``project``): per pod, the requests in the system follow
 Little's law as a fluid, each arrival adding its share, passing its first token and then its
-decode at the rates the models' own predictions on the pod holding N give. The level is the
+decode at the rates the models' own predictions give for a request sharing the pod with the
+others. The level is the
 mean of the levels on the states the arrivals find (at evenly spaced quantiles). With no
 arrival in the window it is the present level.
 
-**The mix.** Neither level is calibrated alone: the present one is optimistic where bursts
-follow (it does not see them), the next interval's pessimistic past saturation (its fluid
-replay queues more than a latency-seeking chain lets build). With ``present_weight`` between 0
+**The mix.** The present level is optimistic where bursts follow (it does not see them); the
+next interval's errs the other way, a little, past saturation. With ``present_weight`` between 0
 and 1 the level is ``present_weight * present + (1 - present_weight) * next``; the service's
 weight was chosen on a tuning slice of both traces and reported on another
 (``docs/capacity.md``, "The mix of the two levels"). Both parts are kept in the result.
@@ -149,6 +149,9 @@ MAX_ARRIVALS = 1024
 # Requests in the system, beyond the present ones, at which W(N) is predicted (interpolated
 # between, extrapolated past the last).
 _GRID_EXTRA = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+# The latency tables' shares of the requests above the present load before their first token:
+# all and none, between which the replay interpolates by its own share (``project``).
+_YOUNG_SHARES = (1.0, 0.0)
 _MIN_LATENCY_S = 1e-3
 _MAX_LATENCY_S = 1e6  # "never leaves" within any window, and finite arithmetic
 
@@ -165,11 +168,14 @@ def project(
 
     The recent arrivals are replayed from now onto the pods as they stand, as a fluid per pod:
     each arrival adds its share of a request to every pod of its role (a balancing chain
-    spreads them evenly). A replayed request leaves the prefill stage at 1 / TTFT(N) and then
-    decodes, leaving at 1 / (TPOT(N) x the further output tokens); the present requests leave
-    at 1 / W(N), the sum (Little's law: N / W(N) leave per second). The times are the models'
-    own mean predictions for the representative requests on the pod holding N (a prefill pod
-    only prefills; a decode pod receives its requests prefilled). Each arrival finds, per pod,
+    spreads them evenly). With N requests on a pod, a replayed one leaves the prefill stage at
+    1 / TTFT(N - 1) and then decodes, leaving at 1 / (TPOT(N - 1) x the further output
+    tokens); the present ones leave at 1 / W(N - 1), the sum (Little's law: each request
+    shares the pod with N - 1 others). The times are the models' own mean predictions for the
+    representative requests on the pod holding that many (a prefill pod only prefills; a
+    decode pod receives its requests prefilled), interpolated between a table in which the
+    requests above the present load are all before their first token and one in which none
+    is, by the replay's own share of such requests. Each arrival finds, per pod,
     what those before it left: in a burst, the ones ahead of it, still before their first
     token. The snapshots are those findings at evenly spaced quantiles, per pod (``_found``):
     the present gauges, plus for the requests above them running, waiting and KV as the
@@ -187,8 +193,13 @@ def project(
         np.mean([r.prompt_tokens * (1.0 - r.prefix_cache_score) for r in requests])
     )
     footprint = _footprints(pods, n0, mean_prompt, mean_uncached)
+    # Two tables: every request above the present load still before its first token (holding
+    # its uncached prompt in prefill), and none. The replay interpolates between them by its
+    # own share of such requests: most of them decode between bursts, and the first table
+    # alone read their decode slowed by prompts no longer in prefill; under an overload's
+    # growing queue most of them wait for their first token, and the first table is the one.
     grid, prefill_s, decode_s = _latency_table(
-        pods, n0, footprint, reps, arrivals.output_tokens, predict
+        pods, n0, footprint, reps, arrivals.output_tokens, predict, _YOUNG_SHARES
     )
 
     n_prefill = sum(1 for p in pods if p.role == "prefill")
@@ -203,13 +214,23 @@ def project(
     seen_prefill = np.empty_like(seen)  # of which replayed ones still before their first token
     seen_present = np.empty_like(seen)  # and of the present ones, still there
     present, young, old = n0.copy(), np.zeros_like(n0), np.zeros_like(n0)
-    stages = np.stack([prefill_s, decode_s])  # both stages interpolated in one call
+    # Both stages of both tables interpolated in one call.
+    stages = np.concatenate([prefill_s, decode_s])
     last = 0.0
     for k, (t, w) in enumerate(zip(times, weights, strict=True)):
         gap = max(0.0, t - last)  # from now (the window's start) to the first arrival too
         if gap > 0.0:
             n = present + young + old
-            tp, td = _interpolate(grid, stages, n)
+            # The grid's W(N) is the time of a request joining a pod that holds N; a request
+            # already on a pod holding N shares it with N - 1 others. Read at N, a pod serving
+            # its requests side by side drained at N / (N + 1) of its rate (half at N = 1, where
+            # the pods mostly are), and the replay's states were about twice too full past
+            # saturation (docs/capacity.md, "The replay's drain").
+            ahead = np.maximum(n - 1.0, 0.0)
+            tp_all, tp_none, td_all, td_none = _interpolate(grid, stages, ahead)
+            f = _young_share(n, n0, young)
+            tp = f * tp_all + (1.0 - f) * tp_none
+            td = f * td_all + (1.0 - f) * td_none
             present = present * np.exp(-gap / (tp + td))
             young, old = _drain(young, old, tp, td, gap)
         seen[k] = present + young + old
@@ -254,6 +275,16 @@ def latency_requests(
     return [ordered[int((k + 0.5) * len(ordered) / m)] for k in range(m)]
 
 
+def _young_share(n: FloatArray, n0: FloatArray, young: FloatArray) -> FloatArray:
+    """Per pod, the share of the requests above the present load that are replayed ones still
+    before their first token (1 where none is above it: the grid's own convention)."""
+    extra = n - n0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(extra > 1e-9, young / extra, 1.0)
+    out: FloatArray = np.clip(share, 0.0, 1.0)
+    return out
+
+
 def _drain(
     young: FloatArray, old: FloatArray, tp: FloatArray, td: FloatArray, gap: float
 ) -> tuple[FloatArray, FloatArray]:
@@ -277,13 +308,16 @@ def _latency_table(
     reps: Sequence[Representative],
     output_tokens: float,
     predict: RowPredictor,
+    shares: Sequence[float],
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Per pod, at a grid of N (one prediction call for all pods; rows are pods, columns grid
-    points): the seconds a request spends before its first token (the mean predicted TTFT) and
-    decoding (TPOT x the further output tokens). On a prefill pod a request leaves at its first
-    token; on a decode pod it arrives prefilled. Made non-decreasing in N: a fuller pod never
-    serves a request faster than an emptier one, whatever a fitted model says between its
-    training points. A latency the models cannot give (NaN, inf) holds its requests."""
+    """Per pod, at a grid of N (one prediction call for all pods and ``shares``; per share a
+    table whose rows are pods, columns grid points): the seconds a request spends before its
+    first token (the mean predicted TTFT) and decoding (TPOT x the further output tokens). On a
+    prefill pod a request leaves at its first token; on a decode pod it arrives prefilled. Made
+    non-decreasing in N: a fuller pod never serves a request faster than an emptier one,
+    whatever a fitted model says between its training points. A latency the models cannot give
+    (NaN, inf) holds its requests. Each of ``shares`` is a share of the requests above the
+    present load still before their first token, holding their uncached prompt in prefill."""
     grid = np.concatenate(
         [
             np.stack([np.zeros_like(n0), n0 / 2.0, n0], axis=1),
@@ -294,15 +328,18 @@ def _latency_table(
     # Each pod's state per grid point once (not once per representative): the rows are most
     # of a tick's cost on a large pool.
     held = [
-        _holding(pod, n0[j], float(n), footprint[j]) for j, pod in enumerate(pods) for n in grid[j]
+        _holding(pod, n0[j], float(n), footprint[j], f)
+        for f in shares
+        for j, pod in enumerate(pods)
+        for n in grid[j]
     ]
     rows = _placed(held, reps, by_pod=True)
     ttft_flat, tpot_flat = predict(rows)
-    shape = (len(pods), grid.shape[1], len(reps))
+    shape = (len(shares), len(pods), grid.shape[1], len(reps))
     ttft = np.asarray(ttft_flat, np.float64).reshape(shape)
     tpot = np.asarray(tpot_flat, np.float64).reshape(shape)
     further = max(0.0, output_tokens - 1.0)
-    roles = np.array([p.role for p in pods])[:, None, None]
+    roles = np.array([p.role for p in pods])[None, :, None, None]
     before = np.where(roles == "decode", 0.0, ttft)
     decoding = np.where(
         roles == "prefill",
@@ -312,8 +349,8 @@ def _latency_table(
 
     def seconds(ms: FloatArray) -> FloatArray:
         ms = np.where(np.isfinite(ms), ms, _MAX_LATENCY_S * 1000.0)
-        s = np.clip(ms.mean(axis=2) / 1000.0, _MIN_LATENCY_S, _MAX_LATENCY_S)
-        return np.maximum.accumulate(s, axis=1)
+        s = np.clip(ms.mean(axis=3) / 1000.0, _MIN_LATENCY_S, _MAX_LATENCY_S)
+        return np.maximum.accumulate(s, axis=2)
 
     return grid, seconds(before), seconds(decoding)
 
@@ -374,13 +411,14 @@ def _footprints(
     return [by_role[p.role] for p in pods]
 
 
-def _holding(pod: Candidate, n0: float, n: float, per: _Footprint) -> Candidate:
-    """``pod`` holding ``n`` requests in the system rather than its present ``n0``, the ones
-    above it young (``_footprints``): where the latency grid is predicted. Below ``n0`` the
+def _holding(pod: Candidate, n0: float, n: float, per: _Footprint, young: float = 1.0) -> Candidate:
+    """``pod`` holding ``n`` requests in the system rather than its present ``n0``, the share
+    ``young`` of the ones above it before their first token (``_footprints``): where the
+    latency grid is predicted. Below ``n0`` the
     present requests left are ``n`` of them, so their prefill tokens in flight scale down with
     the rest of the gauges (an empty pod with its present prefill work would be no state the
     pods are ever in, and the grid's non-decreasing envelope would carry its latency up)."""
-    return _found(pod, n0, n, max(0.0, n - n0), per, min(n, n0))
+    return _found(pod, n0, n, young * max(0.0, n - n0), per, min(n, n0))
 
 
 def _found(

@@ -166,7 +166,7 @@ def test_by_default_the_level_mixes_the_pods_as_they_stand_with_the_next_interva
     client: TestClient,
 ) -> None:
     capacity = runtime_of(client).settings.capacity
-    assert (capacity.arrival_window_s, capacity.present_weight) == (60.0, 0.7)
+    assert (capacity.arrival_window_s, capacity.present_weight) == (60.0, 0.3)
     entries = traffic(400, pods=4)  # gauges that vary: the models learn what load costs
     post(client, entries)
     set_slo(client, 2000, 100)

@@ -537,3 +537,20 @@ def test_the_count_never_falls_as_pods_fill(
     before, after = count(pods), count(fuller)
     assert before is not None and after is not None
     assert len(pods) - 1 <= before <= after
+
+
+def test_a_pod_under_its_service_rate_drains_to_its_load_not_a_queue() -> None:
+    """A request already on a pod holding N shares it with N - 1 others: the replay drains it
+    at the latency the grid gives one that joins N - 1 others. Read at N, a processor-sharing
+    pod (a request joining N others decodes for (N + 1) x 0.1 s) drained at N / (N + 1) of
+    its rate, and a pod loaded to 90 % of it found 7 to 11 requests, not under 1 (the
+    replay's states were about twice too full at 1.0-1.2x saturation, docs/capacity.md)."""
+
+    def sharing(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+        held = np.array([r.num_request_running + r.num_request_waiting for r in rows], float)
+        return np.full(len(rows), 1.0), 10.0 * (1.0 + held)  # x 10 further tokens: (N + 1) x 0.1 s
+
+    # 18 a second for 50 s over 2 pods: 9 a second each, 90 % of the 10 a pod serves.
+    steady = _arrivals([k / 18.0 for k in range(900)])
+    held = [list(h) for _, h in project(IDLE, ONE, steady, sharing)]
+    assert all(0.2 < n < 1.5 for h in held for n in h)
