@@ -25,9 +25,8 @@ instant mostly sees the calm between bursts, while most requests arrive inside o
 replayed from now onto the pods (``project``): per pod, the requests in the system follow
 Little's law as a fluid, each arrival adding its share, passing its first token and then its
 decode at the rates the models' own predictions give for a request sharing the pod with the
-others. The level is the
-mean of the levels on the states the arrivals find (at evenly spaced quantiles). With no
-arrival in the window it is the present level.
+others. The level is the mean of the levels on the states the arrivals find (at evenly spaced
+quantiles). With no arrival in the window it is the present level.
 
 **The mix.** The present level is optimistic where bursts follow (it does not see them); the
 next interval's errs the other way, a little, past saturation. With ``present_weight`` between 0
@@ -411,13 +410,13 @@ def _footprints(
     return [by_role[p.role] for p in pods]
 
 
-def _holding(pod: Candidate, n0: float, n: float, per: _Footprint, young: float = 1.0) -> Candidate:
+def _holding(pod: Candidate, n0: float, n: float, per: _Footprint, young: float) -> Candidate:
     """``pod`` holding ``n`` requests in the system rather than its present ``n0``, the share
     ``young`` of the ones above it before their first token (``_footprints``): where the
-    latency grid is predicted. Below ``n0`` the
-    present requests left are ``n`` of them, so their prefill tokens in flight scale down with
-    the rest of the gauges (an empty pod with its present prefill work would be no state the
-    pods are ever in, and the grid's non-decreasing envelope would carry its latency up)."""
+    latency grid is predicted. Below ``n0`` the present requests left are ``n`` of them, so
+    their prefill tokens in flight scale down with the rest of the gauges (an empty pod with
+    its present prefill work would be no state the pods are ever in, and the grid's
+    non-decreasing envelope would carry its latency up)."""
     return _found(pod, n0, n, young * max(0.0, n - n0), per, min(n, n0))
 
 

@@ -554,3 +554,21 @@ def test_a_pod_under_its_service_rate_drains_to_its_load_not_a_queue() -> None:
     steady = _arrivals([k / 18.0 for k in range(900)])
     held = [list(h) for _, h in project(IDLE, ONE, steady, sharing)]
     assert all(0.2 < n < 1.5 for h in held for n in h)
+
+
+def test_a_decoding_request_drains_at_the_latency_of_a_pod_without_its_prompt_in_prefill() -> None:
+    """Requests past their first token no longer hold their prompt in prefill, which is what
+    slows the decode here: the replay reads their drain off the table in which none of the
+    requests above the present load is before its first token. Read off the table in which all
+    are (one table, as before), each decode took three times as long: the pods held 1.6 to 15.6
+    requests, growing, where they hold about one."""
+
+    def prefill_slows_decode(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+        prefill = np.array([r.prefill_tokens_in_flight for r in rows], float)
+        # 100 ms a token, x 3 with one 2,000-token prompt in prefill; x 10 further tokens.
+        return np.full(len(rows), 1.0), 100.0 * (1.0 + prefill / 1000.0)
+
+    # One arrival a second on each of 2 pods, each decoding for 1 s.
+    steady = _arrivals([k / 2.0 for k in range(80)])
+    held = [list(h) for _, h in project(IDLE, ONE, steady, prefill_slows_decode)]
+    assert all(n < 2.0 for h in held for n in h)
