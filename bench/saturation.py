@@ -6,11 +6,11 @@ saturation report, then measures sequential GETs over one keep-alive connection 
 comes from memory) and, in this process, what one tick of one pool costs: predicting 32
 representative requests on 100 pods and running the pool's chain for each, with the pods as
 they stand and for the next interval (a minute of arrivals at `--rate` per second replayed
-onto them, `backend.scheduling.saturation.project`), and the service's default, their mix
-(both computed). The server part runs three times: the default (the mix, computed in the API
-process's helper process), the mix in a thread of the API process, and the present level
-alone in that thread; each also times 100-row `/predict/bulk/strict` calls while the ticks
-run. Prints JSON.
+onto them with the minute's measured latency, `backend.scheduling.saturation.project`; and
+without it, for its cost), and the service's default, their mix (both computed). The server
+part runs three times: the default (the mix, computed in the API process's helper process),
+the mix in a thread of the API process, and the present level alone in that thread; each also
+times 100-row `/predict/bulk/strict` calls while the ticks run. Prints JSON.
 
     .venv/bin/python bench/saturation.py [--calls 2000] [--pods 100] [--rate 50] [--rounds 2]
 """
@@ -18,6 +18,7 @@ run. Prints JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
 import json
 import tempfile
@@ -35,6 +36,7 @@ from backend.predictor.training import predict_columns, train_target
 from backend.scheduling.saturation import (
     Arrivals,
     Representative,
+    Served,
     saturation,
     saturation_replicas,
     scaled,
@@ -142,10 +144,19 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
     # A minute of Poisson arrivals at `rate` (beyond 1,024 the replay merges runs of them).
     gaps = rng.exponential(1.0 / rate, int(rate * 60 * 1.5)) if rate > 0 else np.zeros(0)
     times_s = np.cumsum(gaps)
-    arrivals = Arrivals(tuple(times_s[times_s < 60.0].tolist()), 60.0, 200.0)
+    kept = times_s[times_s < 60.0]
+    # What the minute's samples measured (one TTFT and one TPOT sample per arrival, on pods
+    # holding what these do), to which the replay scales its latency tables.
+    held = rng.integers(0, 72, (2, len(kept))).astype(float)
+    served = Served(
+        tuple(zip(held[0].tolist(), rng.uniform(0.05, 2.0, len(kept)).tolist(), strict=True)),
+        tuple(zip(held[1].tolist(), rng.uniform(0.01, 0.1, len(kept)).tolist(), strict=True)),
+    )
+    arrivals = Arrivals(tuple(kept.tolist()), 60.0, 200.0, served=served)
     weight = CapacitySettings().present_weight  # the service's mix
     present: list[float] = []
     next_interval: list[float] = []
+    next_unserved: list[float] = []
     mixed: list[float] = []
     counted: list[float] = []
     level_now = saturation(candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict).level
@@ -164,6 +175,7 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
         for out, replayed, w in (
             (present, None, 1.0),
             (next_interval, arrivals, 0.0),
+            (next_unserved, dataclasses.replace(arrivals, served=None), 0.0),
             (mixed, arrivals, weight),
         ):
             start = time.perf_counter()
@@ -176,6 +188,7 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
         "representatives": len(reps),
         "present": _percentiles(present),
         "next_interval": {"arrivals": len(arrivals.times_s), **_percentiles(next_interval)},
+        "next_interval_unserved": _percentiles(next_unserved),
         "mix_default": {"present_weight": weight, **_percentiles(mixed)},
         "saturation_replicas_extra": _percentiles(counted),
     }

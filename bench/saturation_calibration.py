@@ -3,7 +3,7 @@
     .venv/bin/python bench/saturation_calibration.py [--traces mooncake,azure] [--seeds 0,1]
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
         [--saturation-load azure=1.324] [--offset 0] [--arrival-window 60]
-        [--present-weight 0.6]
+        [--present-weight 0.6] [--no-served]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -107,7 +107,11 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     # The service's level: the mix of the pods as they stand and the next interval (the last
     # ``--arrival-window`` seconds of arrivals replayed from now), both parts kept.
     probe = Probe(
-        sim, router, arrival_window_s=args.arrival_window, present_weight=args.present_weight
+        sim,
+        router,
+        arrival_window_s=args.arrival_window,
+        present_weight=args.present_weight,
+        served=not args.no_served,
     )
     pods = list(range(len(sim.servers)))
     times, predicted, predicted_now, predicted_next = [], [], [], []
@@ -188,6 +192,12 @@ def main() -> None:
         default=CapacitySettings().present_weight,
         help="the level's weight on the pods as they stand (the service's "
         "HEADROOM_CAPACITY__PRESENT_WEIGHT; its default); both parts are reported",
+    )
+    parser.add_argument(
+        "--no-served",
+        action="store_true",
+        help="the replay's latency tables as the models give them, not scaled to the recent "
+        "requests' measured latency (the service's default), for A/B",
     )
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--relative", default="0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2")

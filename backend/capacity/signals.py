@@ -18,7 +18,7 @@ import numpy as np
 
 from backend.predictor.features import POD_TYPE_CODES
 from backend.samples.models import TargetCode
-from backend.scheduling.saturation import Arrivals, Representative
+from backend.scheduling.saturation import Arrivals, Representative, Served
 from backend.scheduling.types import Candidate, Role
 
 # Arrival times kept per pool at most (a minute's worth of reads at the profile's row limit).
@@ -71,6 +71,11 @@ class PoolSignals:
     output_tokens: deque[int] = field(init=False)
     # (arrival time, requests it stands for): each TTFT sample's observation less its TTFT.
     arrivals: deque[tuple[datetime, float]] = field(init=False)
+    # (time, requests on its pod, seconds): each TTFT sample's arrival and time to the first
+    # token, each TPOT sample's observation and time per output token; the running + waiting
+    # of its sample. The replay's latency tables are scaled to them (``Served``).
+    served_ttft: deque[tuple[datetime, float, float]] = field(init=False)
+    served_tpot: deque[tuple[datetime, float, float]] = field(init=False)
     arrival_weight: float = 1.0
     """Requests each TTFT row read now stands for: more than 1 when a tick's read was cut to
     the newest rows (set by the monitor from the count of the pool's TTFT rows)."""
@@ -79,15 +84,21 @@ class PoolSignals:
         self.requests = deque(maxlen=self.profile_size)
         self.output_tokens = deque(maxlen=self.profile_size)
         self.arrivals = deque(maxlen=MAX_ARRIVALS_KEPT)
+        self.served_ttft = deque(maxlen=MAX_ARRIVALS_KEPT)
+        self.served_tpot = deque(maxlen=MAX_ARRIVALS_KEPT)
 
     def add(self, row: Any, *, profile: bool = True, gauges: bool = True) -> None:
         if profile:
+            held = float(row.num_request_running + row.num_request_waiting)
             if row.target == TargetCode.TTFT:
                 self.requests.append(Representative(row.input_token_length, row.prefix_cache_score))
                 arrived = _utc(row.observed_at) - timedelta(milliseconds=row.latency_ms)
                 self.arrivals.append((arrived, self.arrival_weight))
+                self.served_ttft.append((arrived, held, row.latency_ms / 1000.0))
             elif row.num_tokens_generated > 0:
                 self.output_tokens.append(row.num_tokens_generated)
+                if row.num_tokens_generated > 1:  # one token has no time between tokens
+                    self.served_tpot.append((_utc(row.observed_at), held, row.latency_ms / 1000.0))
         if not gauges or not row.pod or row.pod_type not in _ROLES:
             return  # an unnamed pod cannot be told apart from another; an encoder is no target
         observed = _utc(row.observed_at)
@@ -110,15 +121,20 @@ class PoolSignals:
 
     def recent_arrivals(self, now: datetime, window_s: float) -> Arrivals:
         """The requests that arrived over the last ``window_s``, with the mean output length
-        of the profile's requests."""
+        of the profile's requests and what the window's samples measured."""
         output = float(np.mean(self.output_tokens)) if self.output_tokens else 1.0
         start = now - timedelta(seconds=window_s)
         inside = sorted((t, w) for t, w in self.arrivals if start < t <= now)
+        served = Served(
+            tuple((n, s) for t, n, s in self.served_ttft if start < t <= now),
+            tuple((n, s) for t, n, s in self.served_tpot if start < t <= now),
+        )
         return Arrivals(
             tuple((t - start).total_seconds() for t, _ in inside),
             window_s,
             output,
             tuple(w for _, w in inside),
+            served,
         )
 
     def fresh_pods(self, now: datetime, stale_after_s: float) -> tuple[list[PodGauges], list[str]]:

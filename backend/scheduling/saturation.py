@@ -25,8 +25,9 @@ instant mostly sees the calm between bursts, while most requests arrive inside o
 replayed from now onto the pods (``project``): per pod, the requests in the system follow
 Little's law as a fluid, each arrival adding its share, passing its first token and then its
 decode at the rates the models' own predictions give for a request sharing the pod with the
-others. The level is the mean of the levels on the states the arrivals find (at evenly spaced
-quantiles). With no arrival in the window it is the present level.
+others. Those rates are scaled to what the pool's recent requests measured at the same count
+on their pod (``Served``). The level is the mean of the levels on the states the arrivals find
+(at evenly spaced quantiles). With no arrival in the window it is the present level.
 
 **The mix.** The present level is optimistic where bursts follow (it does not see them); the
 next interval's errs the other way, a little, past saturation. With ``present_weight`` between 0
@@ -111,16 +112,29 @@ class Saturation:
 
 
 @dataclass(frozen=True, slots=True)
+class Served:
+    """What the pool's recent requests measured, by the requests in the system on their pod
+    when each was routed (running + waiting in its sample): ``ttft`` pairs that count with the
+    seconds to the first token (the TTFT samples), ``tpot`` with the seconds per output token
+    (the TPOT samples). The replay's latency tables are scaled to them (``_calibrated``)."""
+
+    ttft: tuple[tuple[float, float], ...] = ()
+    tpot: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Arrivals:
     """The traffic the pods' gauges do not hold yet: the pool's recent arrivals, replayed from
     now. ``times_s`` are their arrival times (seconds from the start of the ``window_s`` they
     were seen in, ascending), ``weights`` how many requests each stands for (1 each when every
-    arrival was seen), ``output_tokens`` the mean output length of a recent request."""
+    arrival was seen), ``output_tokens`` the mean output length of a recent request, and
+    ``served`` what recent requests measured (None: the tables as the models give them)."""
 
     times_s: tuple[float, ...]
     window_s: float
     output_tokens: float
     weights: tuple[float, ...] | None = None
+    served: Served | None = None
 
     @property
     def rate_rps(self) -> float:
@@ -172,7 +186,8 @@ def project(
     tokens); the present ones leave at 1 / W(N - 1), the sum (Little's law: each request
     shares the pod with N - 1 others). The times are the models' own mean predictions for the
     representative requests on the pod holding that many (a prefill pod only prefills; a
-    decode pod receives its requests prefilled), interpolated between a table in which the
+    decode pod receives its requests prefilled), scaled to what the pool measured with
+    ``arrivals.served`` (``_calibrated``), interpolated between a table in which the
     requests above the present load are all before their first token and one in which none
     is, by the replay's own share of such requests. Each arrival finds, per pod,
     what those before it left: in a burst, the ones ahead of it, still before their first
@@ -200,6 +215,10 @@ def project(
     grid, prefill_s, decode_s = _latency_table(
         pods, n0, footprint, reps, arrivals.output_tokens, predict, _YOUNG_SHARES
     )
+    if arrivals.served is not None and all(p.role == "" for p in pods):
+        prefill_s, decode_s = _calibrated(
+            grid, prefill_s, decode_s, arrivals.served, max(0.0, arrivals.output_tokens - 1.0)
+        )
 
     n_prefill = sum(1 for p in pods if p.role == "prefill")
     share = np.array(
@@ -352,6 +371,71 @@ def _latency_table(
         return np.maximum.accumulate(s, axis=2)
 
     return grid, seconds(before), seconds(decoding)
+
+
+# Bands of the requests a pod held (lower edges) over which measured and tabled latency are
+# compared: one count each where most requests are, wider where few are.
+_SERVED_BANDS = (0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0)
+_SERVED_MIN = 20  # requests a band needs before its own ratio is used
+_SERVED_RATIO = (0.25, 4.0)  # the ratios a band may scale the tables by
+
+
+def _calibrated(
+    grid: FloatArray,
+    prefill_s: FloatArray,
+    decode_s: FloatArray,
+    served: Served,
+    further: float,
+) -> tuple[FloatArray, FloatArray]:
+    """The latency tables scaled, band by band of the requests held, to what the pool's recent
+    requests measured. The tables are the models' mean predictions for the representative
+    requests on each pod, a mean over the pods at states made up of the present gauges; the
+    chain sends each request to the pod predicted best for it, and the states behind a
+    sample are real. By the count an arrival found, the tables read the time to the first
+    token at 1.3-1.65x the measured on Azure code and up to 2x on Mooncake, and decoding at
+    0.7-0.95x (docs/capacity.md, "The replay's latency calibrated to the pool's own"). Per
+    band: the ratio of the measured sum to the tables' (the mean over the pods and both
+    tables at each sample's count); a band with too few samples takes its nearest lower
+    band's ratio (its nearest higher one's, else none). Decoding compares seconds per output
+    token (``further`` tokens a decode)."""
+    prefill_s = prefill_s * _served_ratio(grid, prefill_s, served.ttft)[None]
+    if further > 0.0:
+        decode_s = decode_s * _served_ratio(grid, decode_s / further, served.tpot)[None]
+    # Scaled band by band, a table may dip at a band's edge: held non-decreasing again.
+    return np.maximum.accumulate(prefill_s, axis=2), np.maximum.accumulate(decode_s, axis=2)
+
+
+def _served_ratio(
+    grid: FloatArray, table: FloatArray, samples: Sequence[tuple[float, float]]
+) -> FloatArray:
+    """Per pod and grid point, measured over tabled latency in the grid point's band (1 with
+    no band sampled enough)."""
+    edges = np.asarray(_SERVED_BANDS)
+    bands = np.ones(len(edges))
+    if samples:
+        held = np.maximum(np.array([c for c, _ in samples], np.float64), 0.0)
+        measured = np.array([s for _, s in samples], np.float64)
+        unique, index = np.unique(held, return_inverse=True)
+        pods = grid.shape[0]
+        # The tables' reading at each distinct count: the mean over the pods and the tables.
+        tabled = np.array(
+            [float(np.mean(_interpolate(grid, table, np.full(pods, u)))) for u in unique]
+        )[index]
+        band = np.searchsorted(edges, held, side="right") - 1
+        seen = np.zeros(len(edges), np.bool_)
+        for b in range(len(edges)):
+            inside = (band == b) & np.isfinite(measured) & np.isfinite(tabled)
+            if inside.sum() >= _SERVED_MIN and tabled[inside].sum() > 0.0:
+                bands[b] = measured[inside].sum() / tabled[inside].sum()
+                seen[b] = True
+        if seen.any():
+            sampled = np.flatnonzero(seen)
+            for missing in np.flatnonzero(~seen).tolist():
+                lower = sampled[sampled < missing]
+                bands[missing] = bands[int(lower[-1]) if len(lower) else int(sampled[0])]
+        bands = np.clip(bands, *_SERVED_RATIO)
+    out: FloatArray = bands[np.searchsorted(edges, grid, side="right") - 1]
+    return out
 
 
 def _interpolate(grid: FloatArray, latency: FloatArray, n: FloatArray) -> FloatArray:

@@ -55,6 +55,7 @@ from backend.scheduling.saturation import (
     Arrivals,
     Representative,
     Saturation,
+    Served,
     saturation,
     saturation_replicas,
     scaled,
@@ -504,6 +505,7 @@ def _rows(candidates: Sequence[Candidate]) -> npt.NDArray[np.float64]:
 
 
 _PREFIX = FIELDS.index("prefix_cache_score")
+_RUNNING, _WAITING = FIELDS.index("num_request_running"), FIELDS.index("num_request_waiting")
 
 
 class Probe:
@@ -523,6 +525,7 @@ class Probe:
         evenly: bool = False,
         arrival_window_s: float | None = None,
         present_weight: float = 0.0,
+        served: bool = True,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_s, self.representatives = profile_s, representatives
@@ -537,6 +540,9 @@ class Probe:
         # The service's ``present_weight``: the level mixes the present one and the next
         # interval's (0: the next interval's alone).
         self.present_weight = present_weight
+        # The replay's tables scaled to the recent requests' measured latency (the service's
+        # default); False: the models' tables as they are, for A/B.
+        self.served = served
 
     def arrivals_at(self, now: float) -> Arrivals | None:
         """The arrivals of the last ``arrival_window_s`` (times from the window's start) and
@@ -551,7 +557,32 @@ class Probe:
         times = tuple((trace.arrival_s[lo:hi] - start).tolist())
         if self.evenly:
             times = tuple(((np.arange(hi - lo) + 0.5) * span / (hi - lo)).tolist())
-        return Arrivals(times, span, float(trace.output_tokens[lo:hi].mean()))
+        served = self.served_at(now) if self.served else None
+        return Arrivals(times, span, float(trace.output_tokens[lo:hi].mean()), served=served)
+
+    def served_at(self, now: float) -> Served:
+        """What the service keeps from the samples posted over the last ``arrival_window_s``:
+        the first-token time of each request that arrived in it and has its first token, and
+        the time per output token of each that finished in it, with the requests in the
+        system the router saw on its pod (the sample's running + waiting)."""
+        sim, trace, start = self.sim, self.sim.trace, now - self.arrival_window_s
+        first, done = sim._first, sim._done
+        lo, hi = np.searchsorted(trace.arrival_s, [start, now])
+        ttft = []
+        for i in range(lo, hi):
+            route = sim.routes[i]
+            if route is not None and route.ttft_row is not None and first[i] <= now:
+                held = route.ttft_row[_RUNNING] + route.ttft_row[_WAITING]
+                ttft.append((float(held), float(first[i] - trace.arrival_s[i])))
+        tpot = []
+        with np.errstate(invalid="ignore"):
+            finished = np.flatnonzero((done[:hi] > start) & (done[:hi] <= now))
+        for i in finished.tolist():
+            route, out = sim.routes[i], int(trace.output_tokens[i])
+            if route is not None and route.tpot_row is not None and out > 1:
+                held = route.tpot_row[_RUNNING] + route.tpot_row[_WAITING]
+                tpot.append((float(held), float(done[i] - first[i]) / (out - 1)))
+        return Served(tuple(ttft), tuple(tpot))
 
     def representatives_at(self, now: float) -> list[Representative]:
         trace = self.sim.trace

@@ -117,3 +117,26 @@ def test_arrivals_are_the_ttft_rows_less_their_ttft_over_the_last_window() -> No
     # A minute later, with no new sample, nothing is left to replay.
     assert pool.recent_arrivals(NOW + timedelta(seconds=60), 60.0).times_s == ()
     assert PoolSignals(10).recent_arrivals(NOW, 60.0).times_s == ()
+
+
+def test_the_samples_of_the_window_are_what_the_pool_served_by_the_requests_on_its_pod() -> None:
+    """Each TTFT sample: its pod's running + waiting and its seconds to the first token, kept
+    by its arrival; each TPOT sample with more than one token: the same count and its seconds
+    per token, kept by its observation."""
+    signals: dict[int, PoolSignals] = {}
+    early = NOW - timedelta(seconds=61)
+    apply(
+        signals,
+        [
+            row(1, "a", NOW - timedelta(seconds=70), latency_ms=1000.0),  # arrived 71 s ago
+            row(2, "a", NOW - timedelta(seconds=30), latency_ms=2000.0, num_request_waiting=3),
+            row(3, "a", early, target=TargetCode.TPOT, num_tokens_generated=3),
+            row(4, "b", NOW, target=TargetCode.TPOT, latency_ms=40.0, num_tokens_generated=9),
+            row(5, "b", NOW, target=TargetCode.TPOT, latency_ms=30.0, num_tokens_generated=1),
+        ],
+        profile_size=10,
+    )
+    served = signals[1].recent_arrivals(NOW, window_s=60.0).served
+    assert served is not None
+    assert served.ttft == ((7.0, 2.0),)  # 4 running + 3 waiting, 2 s
+    assert served.tpot == ((5.0, 0.04),)  # the older one out of the window, one token no gap

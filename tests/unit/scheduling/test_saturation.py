@@ -16,6 +16,7 @@ from backend.scheduling.saturation import (
     MeetProbability,
     Representative,
     Saturation,
+    Served,
     latency_requests,
     project,
     saturation,
@@ -572,3 +573,61 @@ def test_a_decoding_request_drains_at_the_latency_of_a_pod_without_its_prompt_in
     steady = _arrivals([k / 2.0 for k in range(80)])
     held = [list(h) for _, h in project(IDLE, ONE, steady, prefill_slows_decode)]
     assert all(n < 2.0 for h in held for n in h)
+
+
+def _sharing_twice(rows: Sequence[Candidate]) -> tuple[FloatArray, FloatArray]:
+    """Models that read each decode at twice what a processor-sharing pod takes: a request
+    joining N others decodes for (N + 1) x 0.2 s over 10 further tokens."""
+    held = np.array([r.num_request_running + r.num_request_waiting for r in rows], float)
+    return np.full(len(rows), 1.0), 20.0 * (1.0 + held)
+
+
+def _served_sharing(counts: Sequence[int], each: int = 30) -> Served:
+    """What such a pod really measured: 1 ms to the first token, (N + 1) x 10 ms a token."""
+    return Served(
+        tuple((float(n), 0.001) for n in counts for _ in range(each)),
+        tuple((float(n), 0.01 * (n + 1)) for n in counts for _ in range(each)),
+    )
+
+
+def test_the_replay_drains_at_the_latency_the_pool_measured_not_the_models_reading() -> None:
+    """The models read the decode at twice what the pool measured: 9 arrivals a second on each
+    pod are 180 % of what they say a pod serves, and the replay's queue grows; scaled to what
+    the pool's recent requests measured by the requests on their pod (90 % of its rate), the
+    pods hold about one, as they do."""
+    steady = [k / 18.0 for k in range(900)]  # 18 a second over 2 pods for 50 s
+    as_read = [list(h) for _, h in project(IDLE, ONE, _arrivals(steady), _sharing_twice)]
+    assert max(n for h in as_read for n in h) > 5.0
+    measured = Arrivals(tuple(steady), 60.0, 11.0, served=_served_sharing(range(13)))
+    held = [list(h) for _, h in project(IDLE, ONE, measured, _sharing_twice)]
+    assert all(0.2 < n < 1.5 for h in held for n in h)
+
+
+def test_a_count_measured_too_rarely_takes_the_ratio_of_the_nearest_lower_one() -> None:
+    """Measured only with no request ahead (and 5 samples at three, too few to count), the
+    decode's ratio of one half holds at every count: the same states as measured at all."""
+    steady = _arrivals([k / 18.0 for k in range(900)])
+    everywhere = dataclasses.replace(steady, served=_served_sharing(range(13)))
+    sparse = Served(
+        _served_sharing([0]).ttft + _served_sharing([3], each=5).ttft,
+        _served_sharing([0]).tpot + tuple((3.0, 1.0) for _ in range(5)),  # 25x slower: ignored
+    )
+    at_zero = dataclasses.replace(steady, served=sparse)
+    a = [h for _, h in project(IDLE, ONE, everywhere, _sharing_twice)]
+    b = [h for _, h in project(IDLE, ONE, at_zero, _sharing_twice)]
+    assert np.allclose(a, b)
+
+
+def test_a_pd_pool_and_a_pool_with_no_samples_keep_the_models_tables() -> None:
+    steady = _arrivals([k / 18.0 for k in range(900)])
+    nothing = dataclasses.replace(steady, served=Served())
+    assert np.allclose(
+        [h for _, h in project(IDLE, ONE, steady, _sharing_twice)],
+        [h for _, h in project(IDLE, ONE, nothing, _sharing_twice)],
+    )
+    pd = [dataclasses.replace(IDLE[0], role="prefill"), dataclasses.replace(IDLE[1], role="decode")]
+    measured = dataclasses.replace(steady, served=_served_sharing(range(13)))
+    assert np.allclose(
+        [h for _, h in project(pd, ONE, steady, _sharing_twice)],
+        [h for _, h in project(pd, ONE, measured, _sharing_twice)],
+    )
