@@ -317,14 +317,14 @@ class CapacitySettings(BaseModel):
         "replay, the level is the pods' as they stand.",
     )
     present_weight: float = Field(
-        0.3,
+        0.0,
         ge=0,
         le=1,
         description="The saturation level is this weight's mix of the pods' level as they "
-        "stand (optimistic where bursts follow) and the next interval's (a little pessimistic "
-        "past saturation): 1, the present one alone; 0, the replay alone. 0.3 was chosen on "
-        "a tuning slice of both shipped traces with the replay's drain at N - 1 and its stage "
-        "split (docs/capacity.md, on the replay's drain).",
+        "stand (optimistic where bursts follow) and the next interval's: 1, the present one "
+        "alone; 0, the replay alone (both are served either way). 0 was chosen on a tuning "
+        "slice of both shipped traces once the replay's latency was scaled to what the pool's "
+        "own requests measured (docs/capacity.md, on that calibration); 0.3 before it.",
     )
     profile_rows: int = Field(
         512,

@@ -25,7 +25,7 @@ class CapacityCollector(Collector):
         )
         # The mix's parts, for a consumer that wants one of them: "present" (the pods as they
         # stand: optimistic where bursts follow), "next_interval" (the recent arrivals
-        # replayed: a little pessimistic past saturation; absent when nothing was replayed).
+        # replayed, the level by default; absent when nothing was replayed).
         parts = GaugeMetricFamily(
             "headroom_pool_saturation_part",
             "The saturation level with the pods as they stand (present) or over the next "

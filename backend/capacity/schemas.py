@@ -76,18 +76,18 @@ class SaturationRead(BaseModel):
     pool: str
     saturation: float | None = Field(
         description="Share of representative requests that would miss an SLO if routed by the "
-        "pool's chain: 0 all fit, 1 none does. The mix (`HEADROOM_CAPACITY__PRESENT_WEIGHT`) "
-        "of `present_saturation` and `next_interval_saturation`. Null when it cannot be "
-        "computed (see status)."
+        "pool's chain: 0 all fit, 1 none does. The mix (`HEADROOM_CAPACITY__PRESENT_WEIGHT`, "
+        "by default all on the second) of `present_saturation` and "
+        "`next_interval_saturation`. Null when it cannot be computed (see status)."
     )
     present_saturation: float | None = Field(
         description="The level with the pods as they stand (optimistic where bursts follow)."
     )
     next_interval_saturation: float | None = Field(
         description="The level over the next interval: the recent arrivals (the last "
-        "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`) replayed onto the pods (pessimistic past "
-        "saturation). Null when nothing was replayed (no arrival in the window, window 0 or "
-        "a present weight of 1)."
+        "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`) replayed onto the pods, at the latency the "
+        "pool's own requests measured. Null when nothing was replayed (no arrival in the "
+        "window, window 0 or a present weight of 1)."
     )
     status: str = Field(
         description="ok, or why there is no level: no_slo (the policy sets no SLO), no_model, "

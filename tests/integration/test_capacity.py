@@ -162,29 +162,48 @@ def _idle_burst(client: TestClient) -> dict[str, Any]:
     return saturation_of(client)
 
 
-def test_by_default_the_level_mixes_the_pods_as_they_stand_with_the_next_interval(
+def test_by_default_the_level_is_the_next_intervals_with_the_present_one_beside_it(
     client: TestClient,
 ) -> None:
     capacity = runtime_of(client).settings.capacity
-    assert (capacity.arrival_window_s, capacity.present_weight) == (60.0, 0.3)
-    entries = traffic(400, pods=4)  # gauges that vary: the models learn what load costs
-    post(client, entries)
+    assert (capacity.arrival_window_s, capacity.present_weight) == (60.0, 0.0)
+    post(client, traffic(400, pods=4))  # gauges that vary: the models learn what load costs
     set_slo(client, 2000, 100)
     train_and_load(client)
     body = saturation_of(client)
     assert body["arrival_rate_rps"] == pytest.approx(400 / 60, rel=1e-6)  # the burst, replayed
-    newest = {e["pod"]: e["num_request_running"] + e["num_request_waiting"] for e in entries}
-    assert {p["pod"]: p["requests"] for p in body["pods"]} == newest  # as their gauges say
     now, later = body["present_saturation"], body["next_interval_saturation"]
     assert later > now  # the burst queues on the pods
-    w = capacity.present_weight
-    assert body["saturation"] == pytest.approx(w * now + (1 - w) * later)
+    assert body["saturation"] == later
     text = client.get("/metrics").text  # both parts as gauges beside the level
     assert f'headroom_pool_saturation_part{{part="present",pool="default"}} {float(now)}' in text
     assert (
         f'headroom_pool_saturation_part{{part="next_interval",pool="default"}} {float(later)}'
         in text
     )
+
+
+@pytest.fixture
+def mixing(settings: Settings) -> Iterator[TestClient]:
+    window = settings.capacity.model_copy(update={"present_weight": 0.3})
+    with TestClient(create_app(settings.model_copy(update={"capacity": window}))) as c:
+        yield c
+
+
+def test_a_present_weight_mixes_the_pods_as_they_stand_with_the_next_interval(
+    mixing: TestClient,
+) -> None:
+    client = mixing
+    entries = traffic(400, pods=4)
+    post(client, entries)
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    body = saturation_of(client)
+    newest = {e["pod"]: e["num_request_running"] + e["num_request_waiting"] for e in entries}
+    assert {p["pod"]: p["requests"] for p in body["pods"]} == newest  # as their gauges say
+    now, later = body["present_saturation"], body["next_interval_saturation"]
+    assert later > now
+    assert body["saturation"] == pytest.approx(0.3 * now + 0.7 * later)
 
 
 @pytest.fixture
