@@ -397,7 +397,10 @@ def _calibrated(
     band: the ratio of the measured sum to the tables' (the mean over the pods and both
     tables at each sample's count); a band with too few samples takes its nearest lower
     band's ratio (its nearest higher one's, else none). Decoding compares seconds per output
-    token (``further`` tokens a decode)."""
+    token (``further`` tokens a decode), each TPOT sample weighing the same: that overshoots
+    where short answers have the slowest tokens (Azure code's decode at 1.2-1.7x the measured
+    at 0-2 requests), but weighted by tokens the replay read optimistic at the tuning slice's
+    1.2x, and was not kept (docs/capacity.md, on this calibration)."""
     prefill_s = prefill_s * _served_ratio(grid, prefill_s, served.ttft)[None]
     if further > 0.0:
         decode_s = decode_s * _served_ratio(grid, decode_s / further, served.tpot)[None]
