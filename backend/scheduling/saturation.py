@@ -29,11 +29,12 @@ others. Those rates are scaled to what the pool's recent requests measured at th
 on their pod (``Served``). The level is the mean of the levels on the states the arrivals find
 (at evenly spaced quantiles). With no arrival in the window it is the present level.
 
-**The mix.** The present level is optimistic where bursts follow (it does not see them); the
-next interval's errs the other way, a little, past saturation. With ``present_weight`` between 0
-and 1 the level is ``present_weight * present + (1 - present_weight) * next``; the service's
-weight was chosen on a tuning slice of both traces and reported on another
-(``docs/capacity.md``, "The mix of the two levels"). Both parts are kept in the result.
+**The mix.** The present level is optimistic where bursts follow (it does not see them). With
+``present_weight`` between 0 and 1 the level is ``present_weight * present + (1 -
+present_weight) * next``; the service's weight (0 since the replay's latency is scaled to the
+measured) was chosen on a tuning slice of both traces and reported on another
+(``docs/capacity.md``, "The replay's latency calibrated to the pool's own"). Both parts are
+kept in the result.
 """
 
 from __future__ import annotations
@@ -392,7 +393,7 @@ def _calibrated(
     requests on each pod, a mean over the pods at states made up of the present gauges; the
     chain sends each request to the pod predicted best for it, and the states behind a
     sample are real. By the count an arrival found, the tables read the time to the first
-    token at 1.3-1.65x the measured on Azure code and up to 2x on Mooncake, and decoding at
+    token at 1.26-1.65x the measured on Azure code and up to 2x on Mooncake, and decoding at
     0.7-0.95x (docs/capacity.md, "The replay's latency calibrated to the pool's own"). Per
     band: the ratio of the measured sum to the tables' (the mean over the pods and both
     tables at each sample's count); a band with too few samples takes its nearest lower
