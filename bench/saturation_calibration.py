@@ -109,6 +109,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     probe = Probe(
         sim,
         router,
+        profile_size=CapacitySettings().profile_size,
         arrival_window_s=args.arrival_window,
         present_weight=args.present_weight,
         served=not args.no_served,

@@ -506,31 +506,42 @@ def _rows(candidates: Sequence[Candidate]) -> npt.NDArray[np.float64]:
 
 _PREFIX = FIELDS.index("prefix_cache_score")
 _RUNNING, _WAITING = FIELDS.index("num_request_running"), FIELDS.index("num_request_waiting")
+PROFILE_SIZE: Final = 512
+"""The service's request profile: the newest TTFT samples it keeps
+(``CapacitySettings.profile_size``)."""
 
 
 class Probe:
-    """Headroom's saturation level over a running simulation, with its router's online models
-    and a profile of the requests that arrived in the last ``profile_s``. With ``next_interval``
-    those arrivals are also replayed from now (the level for the next interval, as the service
-    computes it); without, the pods are taken as they stand."""
+    """Headroom's saturation level over a running simulation, with its router's online models,
+    computed from what the service would hold at that instant (``backend/capacity/signals.py``):
+    a profile of the newest ``profile_size`` requests whose first token it has seen (their TTFT
+    samples), whatever their age, and, with ``next_interval``, the arrivals of the last
+    ``arrival_window_s`` among them replayed from now with the mean output length of the newest
+    finished ones (the level for the next interval); without, the pods are taken as they stand.
+
+    Nothing the service could not know yet enters: a request still waiting for its first token
+    is in no profile and no replay, and an output length counts once its request has finished
+    (an earlier probe took the window's arrivals whole, their true output lengths included, and
+    gave no level after a minute without arrivals, where the service reports the present one:
+    docs/capacity.md, "The probe sees what the service sees")."""
 
     def __init__(
         self,
         sim: Simulation,
         router: PredictedLatency,
-        profile_s: float = 60.0,
+        profile_size: int = PROFILE_SIZE,
         representatives: int = 32,
         spread: bool = True,
         next_interval: bool = True,
         evenly: bool = False,
-        arrival_window_s: float | None = None,
+        arrival_window_s: float = 60.0,
         present_weight: float = 0.0,
         served: bool = True,
     ) -> None:
         self.sim, self.router = sim, router
-        self.profile_s, self.representatives = profile_s, representatives
-        # The arrivals replayed: the service's ``arrival_window_s`` (None: the profile's span).
-        self.arrival_window_s = profile_s if arrival_window_s is None else arrival_window_s
+        self.profile_size, self.representatives = profile_size, representatives
+        # The arrivals replayed: the service's ``arrival_window_s``.
+        self.arrival_window_s = arrival_window_s
         # False: the 0/1 rule on the mean (the level before the residual spread, for A/B).
         self.spread = spread
         self.next_interval = next_interval
@@ -544,21 +555,46 @@ class Probe:
         # default); False: the models' tables as they are, for A/B.
         self.served = served
 
+    def _seen(self, now: float) -> npt.NDArray[np.intp]:
+        """The requests whose TTFT sample the service holds at ``now`` (first token by then),
+        in the order it took them in (by first token)."""
+        hi = int(np.searchsorted(self.sim.trace.arrival_s, now, side="right"))
+        first = self.sim._first[:hi]
+        with np.errstate(invalid="ignore"):
+            seen = np.flatnonzero(first <= now)
+        return seen[np.argsort(first[seen], kind="stable")]
+
+    def _output_tokens(self, now: float) -> float:
+        """The mean output length of the newest ``profile_size`` finished requests (the
+        service's TPOT samples); 1 with none."""
+        hi = int(np.searchsorted(self.sim.trace.arrival_s, now, side="right"))
+        done = self.sim._done[:hi]
+        with np.errstate(invalid="ignore"):
+            finished = np.flatnonzero(done <= now)
+        if not finished.size:
+            return 1.0
+        newest = finished[np.argsort(done[finished], kind="stable")][-self.profile_size :]
+        return float(self.sim.trace.output_tokens[newest].mean())
+
     def arrivals_at(self, now: float) -> Arrivals | None:
-        """The arrivals of the last ``arrival_window_s`` (times from the window's start) and
-        their mean output length: what the service keeps from the TTFT and TPOT samples."""
+        """The arrivals of the last ``arrival_window_s`` whose first token the service has
+        seen (times from the window's start) and the mean output length it holds: what the
+        service keeps from the TTFT and TPOT samples."""
         if not self.next_interval:
             return None
         trace, span = self.sim.trace, self.arrival_window_s
         start = now - span
-        lo, hi = np.searchsorted(trace.arrival_s, [start, now])
-        if hi <= lo:
-            return Arrivals((), span, 1.0)
-        times = tuple((trace.arrival_s[lo:hi] - start).tolist())
+        seen = self._seen(now)
+        arrived = np.sort(trace.arrival_s[seen])
+        inside = arrived[arrived > start] - start
+        output = self._output_tokens(now)
+        if not inside.size:
+            return Arrivals((), span, output)
+        times = tuple(inside.tolist())
         if self.evenly:
-            times = tuple(((np.arange(hi - lo) + 0.5) * span / (hi - lo)).tolist())
+            times = tuple(((np.arange(inside.size) + 0.5) * span / inside.size).tolist())
         served = self.served_at(now) if self.served else None
-        return Arrivals(times, span, float(trace.output_tokens[lo:hi].mean()), served=served)
+        return Arrivals(times, span, output, served=served)
 
     def served_at(self, now: float) -> Served:
         """What the service keeps from the samples posted over the last ``arrival_window_s``:
@@ -585,20 +621,23 @@ class Probe:
         return Served(tuple(ttft), tuple(tpot))
 
     def representatives_at(self, now: float) -> list[Representative]:
-        trace = self.sim.trace
-        lo, hi = np.searchsorted(trace.arrival_s, [now - self.profile_s, now])
-        if hi <= lo:
+        """At most ``representatives`` of the profile, evenly spaced over it, the newest
+        included (the service's ``spread``)."""
+        profile = self._seen(now)[-self.profile_size :]
+        if not profile.size:
             return []
-        picks = np.linspace(lo, hi - 1, min(self.representatives, hi - lo)).round().astype(int)
+        picks = np.linspace(0, profile.size - 1, min(self.representatives, profile.size))
         reps = []
-        for i in picks.tolist():
+        for i in profile[picks.round().astype(int)].tolist():
             # The prefix score the router saw for it at dispatch, as the service's profile takes
             # it from the TTFT samples. (Its prefix is cached *now* because it was served: a
             # score read from the caches now would make every recent request look like a hit.)
             route = self.sim.routes[i]
             row = route.ttft_row if route is not None else None
             reps.append(
-                Representative(int(trace.input_tokens[i]), float(row[_PREFIX]) if row else 0.0)
+                Representative(
+                    int(self.sim.trace.input_tokens[i]), float(row[_PREFIX]) if row else 0.0
+                )
             )
         return reps
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from backend.policies.schemas import PolicySpec
 from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
+    PROFILE_SIZE,
     AutoscaleResult,
     Combined,
     DesiredReplicas,
@@ -20,6 +23,7 @@ from backend.sim.autoscale import (
     Observation,
     PodGauges,
     PredictedSaturation,
+    Probe,
     QueueHpa,
     Scaler,
     WvaSaturation,
@@ -29,6 +33,7 @@ from backend.sim.autoscale import (
     step,
     warp,
 )
+from backend.sim.engine import SimConfig, Simulation
 from backend.sim.fromsamples import SampleRow, estimate_replicas, record, rows_from_observations
 from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
@@ -278,3 +283,62 @@ def test_the_idle_counterfactual_carries_no_progress() -> None:
     idle = _candidates(sim, [0], 0.0)[0]  # type: ignore[arg-type]
     assert idle.num_request_running + idle.num_request_waiting == 0
     assert (idle.ms_since_last_token, idle.oldest_prefill_wait_ms) == (0.0, 0.0)
+
+
+def _probed(
+    seconds: float,
+    keep: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.bool_]] | None = None,
+) -> Probe:
+    """Mooncake's first requests at 4x its rate on one pod (a queue builds), run to ``seconds``."""
+    pods = build_pool(1)
+    fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
+    full = load_trace("mooncake-conversation").spread_ties(0)
+    trace = full.select(np.arange(len(full)) < 300).scaled(4.0)
+    if keep is not None:
+        trace = trace.select(keep(trace.arrival_s))
+    router = make_policy(OURS, fabric, 0)
+    assert isinstance(router, PredictedLatency)
+    sim = Simulation(trace, pods, router, SimConfig(slo=SLO, seed=0, spread_ties=False))
+    sim.run_until(seconds)
+    sim.view.now = seconds
+    return Probe(sim, router, profile_size=40)
+
+
+def test_the_probe_replays_only_what_the_service_has_heard_of() -> None:
+    """The service learns of a request from its TTFT sample, at its first token, and of its
+    output length when it finishes: a request still queued is in no replay and no profile."""
+    probe = _probed(60.0)
+    sim, now = probe.sim, 60.0
+    arrived = sim.trace.arrival_s <= now
+    first, done = sim._first, sim._done
+    with np.errstate(invalid="ignore"):
+        heard = arrived & (first <= now)
+        finished = arrived & (done <= now)
+    window = arrived & (sim.trace.arrival_s > now - 60.0)
+    assert (window & ~heard).sum() > 0  # a queue: some arrivals have no first token yet
+    arrivals = probe.arrivals_at(now)
+    assert arrivals is not None
+    assert len(arrivals.times_s) == int((window & heard).sum())
+    expected = sorted((sim.trace.arrival_s[window & heard] - (now - 60.0)).tolist())
+    assert arrivals.times_s == pytest.approx(expected)
+    # The mean output of the newest 40 finished requests, not of the window's arrivals.
+    newest = np.flatnonzero(finished)[np.argsort(done[finished])][-40:]
+    assert arrivals.output_tokens == pytest.approx(sim.trace.output_tokens[newest].mean())
+    # The profile: the newest 40 first tokens, the newest one among the representatives.
+    reps = probe.representatives_at(now)
+    last = int(np.flatnonzero(heard)[np.argmax(first[heard])])
+    assert len(reps) == 32 and reps[-1].prompt_tokens == int(sim.trace.input_tokens[last])
+
+
+def test_after_a_quiet_minute_the_probe_keeps_its_profile_as_the_service_does() -> None:
+    """With no arrival in the window the service still reports the present level from its
+    profile; the probe gave none, and the requests of the next burst went unmeasured."""
+    probe = _probed(120.0, keep=lambda t: t < 30.0)
+    assert probe.sim.trace.arrival_s[-1] < 30.0
+    arrivals = probe.arrivals_at(120.0)
+    assert arrivals is not None and arrivals.times_s == ()
+    assert len(probe.representatives_at(120.0)) == 32
+
+
+def test_the_probes_profile_is_the_services() -> None:
+    assert CapacitySettings().profile_size == PROFILE_SIZE
