@@ -309,12 +309,14 @@ class CapacitySettings(BaseModel):
         description="Requests from the profile placed on every pod per tick (evenly spaced).",
     )
     arrival_window_s: float = Field(
-        60.0,
+        120.0,
         ge=0,
         le=3600,
         description="Seconds of recent arrivals (their times from the TTFT samples) replayed "
         "from now onto the pods for the next interval's level, so that bursts count. 0: no "
-        "replay, the level is the pods' as they stand.",
+        "replay, the level is the pods' as they stand. 120 was chosen on a tuning slice of "
+        "both shipped traces once the simulator's probe saw what the service sees (60 before): "
+        "a quiet minute after a burst no longer reads as idle (docs/capacity.md, on the probe).",
     )
     present_weight: float = Field(
         0.0,

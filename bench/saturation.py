@@ -5,8 +5,8 @@ from 100 named pods as the EPP would, sets SLOs, waits for both models and the f
 saturation report, then measures sequential GETs over one keep-alive connection (the answer
 comes from memory) and, in this process, what one tick of one pool costs: predicting 32
 representative requests on 100 pods and running the pool's chain for each, with the pods as
-they stand and for the next interval (a minute of arrivals at `--rate` per second replayed
-onto them with the minute's measured latency, `backend.scheduling.saturation.project`; and
+they stand and for the next interval (the service's window of arrivals at `--rate` per second
+replayed onto them with the window's measured latency, `backend.scheduling.saturation.project`; and
 without it, for its cost), and the service's default, their mix (both computed). The server
 part runs three times: the default (the mix, computed in the API process's helper process),
 the mix in a thread of the API process, and the present level alone in that thread; each also
@@ -141,18 +141,20 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
         cols = columns(batch)
         return predict_columns(ttft, "ttft", cols), predict_columns(tpot, "tpot", cols)
 
-    # A minute of Poisson arrivals at `rate` (beyond 1,024 the replay merges runs of them).
-    gaps = rng.exponential(1.0 / rate, int(rate * 60 * 1.5)) if rate > 0 else np.zeros(0)
+    # The service's window of Poisson arrivals at `rate` (beyond 1,024 the replay merges runs
+    # of them, so past about 17/s for 60 s the cost no longer grows with the window).
+    window = CapacitySettings().arrival_window_s
+    gaps = rng.exponential(1.0 / rate, int(rate * window * 1.5)) if rate > 0 else np.zeros(0)
     times_s = np.cumsum(gaps)
-    kept = times_s[times_s < 60.0]
-    # What the minute's samples measured (one TTFT and one TPOT sample per arrival, on pods
+    kept = times_s[times_s < window]
+    # What the window's samples measured (one TTFT and one TPOT sample per arrival, on pods
     # holding what these do), to which the replay scales its latency tables.
     held = rng.integers(0, 72, (2, len(kept))).astype(float)
     served = Served(
         tuple(zip(held[0].tolist(), rng.uniform(0.05, 2.0, len(kept)).tolist(), strict=True)),
         tuple(zip(held[1].tolist(), rng.uniform(0.01, 0.1, len(kept)).tolist(), strict=True)),
     )
-    arrivals = Arrivals(tuple(kept.tolist()), 60.0, 200.0, served=served)
+    arrivals = Arrivals(tuple(kept.tolist()), window, 200.0, served=served)
     weight = CapacitySettings().present_weight  # the service's mix
     present: list[float] = []
     next_interval: list[float] = []

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/saturation_calibration.py [--traces mooncake,azure] [--seeds 0,1]
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
-        [--saturation-load azure=1.324] [--offset 0] [--arrival-window 60]
+        [--saturation-load azure=1.324] [--offset 0] [--arrival-window 120]
         [--present-weight 0.6] [--no-served]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
@@ -183,9 +183,9 @@ def main() -> None:
     parser.add_argument(
         "--arrival-window",
         type=float,
-        default=60.0,
+        default=CapacitySettings().arrival_window_s,
         help="seconds of arrivals replayed for the next interval (the service's "
-        "HEADROOM_CAPACITY__ARRIVAL_WINDOW_S; its default 60)",
+        "HEADROOM_CAPACITY__ARRIVAL_WINDOW_S; its default)",
     )
     parser.add_argument(
         "--present-weight",

@@ -509,6 +509,9 @@ _RUNNING, _WAITING = FIELDS.index("num_request_running"), FIELDS.index("num_requ
 PROFILE_SIZE: Final = 512
 """The service's request profile: the newest TTFT samples it keeps
 (``CapacitySettings.profile_size``)."""
+ARRIVAL_WINDOW_S: Final = 120.0
+"""The service's replayed arrivals: those of the last this many seconds
+(``CapacitySettings.arrival_window_s``)."""
 
 
 class Probe:
@@ -534,7 +537,7 @@ class Probe:
         spread: bool = True,
         next_interval: bool = True,
         evenly: bool = False,
-        arrival_window_s: float = 60.0,
+        arrival_window_s: float = ARRIVAL_WINDOW_S,
         present_weight: float = 0.0,
         served: bool = True,
     ) -> None:
@@ -701,7 +704,7 @@ def run_autoscaled(
     (spread its ties beforehand). Attainment and GPU-hours count from ``measure_from_s`` (after
     a warm-up in which the scaler settles) to the last arrival. The saturation level a scaler
     reads is the pods' as they stand, or with ``present_weight`` the service's mix of that and
-    the next interval's (the last minute's arrivals replayed)."""
+    the next interval's (the recent arrivals replayed)."""
     if len(pods) != fleet.slots:
         raise ValueError("one pod spec per fleet slot")
     # The recorder hands the router every decision and keeps the samples an EPP would post.

@@ -166,12 +166,12 @@ def test_by_default_the_level_is_the_next_intervals_with_the_present_one_beside_
     client: TestClient,
 ) -> None:
     capacity = runtime_of(client).settings.capacity
-    assert (capacity.arrival_window_s, capacity.present_weight) == (60.0, 0.0)
+    assert (capacity.arrival_window_s, capacity.present_weight) == (120.0, 0.0)
     post(client, traffic(400, pods=4))  # gauges that vary: the models learn what load costs
     set_slo(client, 2000, 100)
     train_and_load(client)
     body = saturation_of(client)
-    assert body["arrival_rate_rps"] == pytest.approx(400 / 60, rel=1e-6)  # the burst, replayed
+    assert body["arrival_rate_rps"] == pytest.approx(400 / 120, rel=1e-6)  # the burst, replayed
     now, later = body["present_saturation"], body["next_interval_saturation"]
     assert later > now  # the burst queues on the pods
     assert body["saturation"] == later

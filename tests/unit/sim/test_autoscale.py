@@ -14,6 +14,7 @@ from backend.policies.schemas import PolicySpec
 from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
+    ARRIVAL_WINDOW_S,
     PROFILE_SIZE,
     AutoscaleResult,
     Combined,
@@ -289,7 +290,8 @@ def _probed(
     seconds: float,
     keep: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.bool_]] | None = None,
 ) -> Probe:
-    """Mooncake's first requests at 4x its rate on one pod (a queue builds), run to ``seconds``."""
+    """Mooncake's first 300 requests at 4x its rate (all within 27 s) on one pod (a queue
+    builds), run to ``seconds``; the replay's window is 10 s."""
     pods = build_pool(1)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
     full = load_trace("mooncake-conversation").spread_ties(0)
@@ -301,33 +303,35 @@ def _probed(
     sim = Simulation(trace, pods, router, SimConfig(slo=SLO, seed=0, spread_ties=False))
     sim.run_until(seconds)
     sim.view.now = seconds
-    return Probe(sim, router, profile_size=40)
+    return Probe(sim, router, profile_size=8, arrival_window_s=10.0)
 
 
 def test_the_probe_replays_only_what_the_service_has_heard_of() -> None:
     """The service learns of a request from its TTFT sample, at its first token, and of its
     output length when it finishes: a request still queued is in no replay and no profile."""
-    probe = _probed(60.0)
-    sim, now = probe.sim, 60.0
+    probe = _probed(20.0)
+    sim, now = probe.sim, 20.0
     arrived = sim.trace.arrival_s <= now
     first, done = sim._first, sim._done
     with np.errstate(invalid="ignore"):
         heard = arrived & (first <= now)
         finished = arrived & (done <= now)
-    window = arrived & (sim.trace.arrival_s > now - 60.0)
+    window = arrived & (sim.trace.arrival_s > now - 10.0)
     assert (window & ~heard).sum() > 0  # a queue: some arrivals have no first token yet
     arrivals = probe.arrivals_at(now)
     assert arrivals is not None
     assert len(arrivals.times_s) == int((window & heard).sum())
-    expected = sorted((sim.trace.arrival_s[window & heard] - (now - 60.0)).tolist())
+    expected = sorted((sim.trace.arrival_s[window & heard] - (now - 10.0)).tolist())
     assert arrivals.times_s == pytest.approx(expected)
-    # The mean output of the newest 40 finished requests, not of the window's arrivals.
-    newest = np.flatnonzero(finished)[np.argsort(done[finished])][-40:]
+    # The mean output of the newest 8 finished requests, not of the window's arrivals.
+    assert finished.sum() > 0
+    newest = np.flatnonzero(finished)[np.argsort(done[finished])][-8:]
     assert arrivals.output_tokens == pytest.approx(sim.trace.output_tokens[newest].mean())
-    # The profile: the newest 40 first tokens, the newest one among the representatives.
+    # The profile: the newest 8 first tokens, every one a representative (32 asked).
+    assert heard.sum() > 8
+    profile = np.flatnonzero(heard)[np.argsort(first[heard])][-8:]
     reps = probe.representatives_at(now)
-    last = int(np.flatnonzero(heard)[np.argmax(first[heard])])
-    assert len(reps) == 32 and reps[-1].prompt_tokens == int(sim.trace.input_tokens[last])
+    assert [r.prompt_tokens for r in reps] == sim.trace.input_tokens[profile].tolist()
 
 
 def test_after_a_quiet_minute_the_probe_keeps_its_profile_as_the_service_does() -> None:
@@ -337,8 +341,11 @@ def test_after_a_quiet_minute_the_probe_keeps_its_profile_as_the_service_does() 
     assert probe.sim.trace.arrival_s[-1] < 30.0
     arrivals = probe.arrivals_at(120.0)
     assert arrivals is not None and arrivals.times_s == ()
-    assert len(probe.representatives_at(120.0)) == 32
+    assert len(probe.representatives_at(120.0)) == 8
+    level = probe.saturation([0])  # the present one: nothing to replay
+    assert level is not None and level.next_level is None and level.level == level.present_level
 
 
-def test_the_probes_profile_is_the_services() -> None:
-    assert CapacitySettings().profile_size == PROFILE_SIZE
+def test_the_probes_profile_and_window_are_the_services() -> None:
+    settings = CapacitySettings()
+    assert (settings.profile_size, settings.arrival_window_s) == (PROFILE_SIZE, ARRIVAL_WINDOW_S)
