@@ -3,7 +3,7 @@
     .venv/bin/python bench/saturation_calibration.py [--traces mooncake,azure] [--seeds 0,1]
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
         [--saturation-load azure=1.324] [--offset 0] [--arrival-window 120]
-        [--present-weight 0.6] [--no-served]
+        [--present-weight 0.6] [--no-served] [--probe-every 5] [--max-probes 600]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -15,7 +15,7 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    slices; after a 60 s warm-up, at up to 60 evenly spaced instants (every 10 s at least)
    Headroom's saturation level is computed
    as the service computes it (``backend.scheduling.saturation`` over the pods' scraped gauges,
-   32 representative requests from the last minute's arrivals, the router's own online models
+   32 representative requests from its profile of the newest first tokens, the router's own online models
    and policy; ``backend.sim.autoscale.Probe``). Predicted: 1 - level. Measured: the share of
    the requests arriving before the next probe that met both SLOs. Each load reports the means over
    its probes and the gap (predicted - measured), mean and min-max over seeds. Three levels
@@ -23,6 +23,11 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    mix of the other two), ``*_present`` with the pods as they stand, and ``*_next`` for the
    next interval (the last ``--arrival-window`` seconds of arrivals replayed from now; with no
    arrival in the window, the present level).
+3. **At the service's refresh.** The same simulation also computes the level every
+   ``--probe-every`` seconds (the service's ``interval_s``, 5 s; at most ``--max-probes`` a
+   run), each against the requests arriving until the next: each request against the level in
+   force when it arrived, as a gateway reading the latest level meets it. Reported per run and
+   per load under ``refresh``; the figures above are the coarse grid's.
 
 Reduced scale on a shared 2-core machine: ``--requests`` per run and ``--pods`` pods.
 ``--offset`` starts the slice later in the trace (a tuning slice disjoint from the first
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -115,42 +121,86 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         served=not args.no_served,
     )
     pods = list(range(len(sim.servers)))
-    times, predicted, predicted_now, predicted_next = [], [], [], []
     span = float(sim.trace.arrival_s[-1])
-    every = max(SLICE_S, (span - WARMUP_S) / MAX_PROBES)
-    t = 0.0
-    while sim.run_until(t):
+    # Two grids of instants after the warm-up, from one simulation: the coarse one (at most
+    # MAX_PROBES, each level against the requests until the next instant) and the service's
+    # refresh (every --probe-every seconds, at most --max-probes: each request against the
+    # level in force when it arrived). Both are accumulated as the coarse loop always was, so
+    # the coarse figures are those of runs made before the refresh grid existed.
+    coarse_every = max(SLICE_S, (span - WARMUP_S) / MAX_PROBES)
+    refresh_every = max(args.probe_every, (span - WARMUP_S) / args.max_probes)
+    grids: dict[str, list[float]] = {}
+    for name, every in (("coarse", coarse_every), ("refresh", refresh_every)):
+        t, grid = 0.0, []
+        while t <= span + every:
+            if t >= WARMUP_S:
+                grid.append(t)
+            t += SLICE_S if t < WARMUP_S else every
+        grids[name] = grid
+    levels: dict[float, tuple[float, float, float]] = {}
+    for t in sorted(
+        {
+            *[i * SLICE_S for i in range(int(WARMUP_S / SLICE_S))],
+            *grids["coarse"],
+            *grids["refresh"],
+        }
+    ):
+        if not sim.run_until(t):
+            break
         sim.view.now = t
         if t >= WARMUP_S:
             sat = probe.saturation(pods)
             if sat is not None and sat.present_level is not None:
                 later = sat.next_level if sat.next_level is not None else sat.present_level
-                times.append(t)
-                predicted.append(1.0 - sat.level)
-                predicted_now.append(1.0 - sat.present_level)
-                predicted_next.append(1.0 - later)
-        t += SLICE_S if t < WARMUP_S else every
+                levels[t] = (1.0 - sat.level, 1.0 - sat.present_level, 1.0 - later)
     result = sim.run()
     slo = sim.config.slo
     ok = meets_slo(result, slo)
-    arrival = result.arrival
+    coarse = _measured(grids["coarse"], coarse_every, levels, result.arrival, ok)
+    if coarse is None:
+        return {"load": load, "seed": seed, "probes": 0}
+    refresh = _measured(grids["refresh"], refresh_every, levels, result.arrival, ok)
+    detail = coarse.pop("detail")
+    if refresh is not None:
+        refresh.pop("detail")
+        refresh["every_s"] = round(refresh_every, 3)
+    return {
+        "load": load,
+        "seed": seed,
+        **coarse,
+        "run_attainment": round(slo_attainment(result, slo), 4),
+        # Per probe, in time order: (time s, present, next, measured, requests measured), for
+        # studies of other ways to combine the two levels (bench/saturation_mix.py).
+        "probes_detail": detail,
+        "refresh": refresh,
+    }
+
+
+def _measured(
+    grid: list[float],
+    every: float,
+    levels: dict[float, tuple[float, float, float]],
+    arrival: npt.NDArray[np.float64],
+    ok: npt.NDArray[np.bool_],
+) -> dict[str, Any] | None:
+    """Each instant's level against the requests arriving in the ``every`` seconds after it
+    (the mean weighted by those requests), or None with no instant measured."""
     pairs = []
-    for at, pred, pred_now, pred_next in zip(
-        times, predicted, predicted_now, predicted_next, strict=True
-    ):
+    for at in grid:
+        if at not in levels:
+            continue
+        pred, pred_now, pred_next = levels[at]
         mask = (arrival >= at) & (arrival < at + every)
         if mask.any():
             pairs.append((pred, pred_now, pred_next, float(ok[mask].mean()), int(mask.sum()), at))
     if not pairs:
-        return {"load": load, "seed": seed, "probes": 0}
+        return None
     pred_arr = np.array([p[0] for p in pairs])
     now_arr = np.array([p[1] for p in pairs])
     next_arr = np.array([p[2] for p in pairs])
     meas_arr = np.array([p[3] for p in pairs])
     weights = np.array([p[4] for p in pairs], dtype=np.float64)
     return {
-        "load": load,
-        "seed": seed,
         "probes": len(pairs),
         "predicted": round(float(np.average(pred_arr, weights=weights)), 4),
         "predicted_present": round(float(np.average(now_arr, weights=weights)), 4),
@@ -159,10 +209,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         "per_probe_mae": round(float(np.mean(np.abs(pred_arr - meas_arr))), 4),
         "per_probe_mae_present": round(float(np.mean(np.abs(now_arr - meas_arr))), 4),
         "per_probe_mae_next": round(float(np.mean(np.abs(next_arr - meas_arr))), 4),
-        "run_attainment": round(slo_attainment(result, slo), 4),
-        # Per probe, in time order: (time s, present, next, measured, requests measured), for
-        # studies of other ways to combine the two levels (bench/saturation_mix.py).
-        "probes_detail": [
+        "detail": [
             [round(p[5], 1), round(p[1], 4), round(p[2], 4), round(p[3], 4), p[4]] for p in pairs
         ],
     }
@@ -200,6 +247,19 @@ def main() -> None:
         help="the replay's latency tables as the models give them, not scaled to the recent "
         "requests' measured latency (the service's default), for A/B",
     )
+    parser.add_argument(
+        "--probe-every",
+        type=float,
+        default=CapacitySettings().interval_s,
+        help="the refresh grid: the level every this many seconds, each against the requests "
+        "arriving until the next (the service's HEADROOM_CAPACITY__INTERVAL_S; its default)",
+    )
+    parser.add_argument(
+        "--max-probes",
+        type=int,
+        default=600,
+        help="the refresh grid's instants at most (wider apart on runs spanning hours)",
+    )
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--relative", default="0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2")
     parser.add_argument(
@@ -224,7 +284,7 @@ def main() -> None:
             runs = [r for r in runs if r.get("probes")]
             if not runs:
                 continue
-            row = {
+            row: dict[str, Any] = {
                 "relative_load": rel,
                 "load": round(rel * sat["load"], 3),
                 "predicted_meeting": mean_min_max([r["predicted"] for r in runs]),
@@ -239,6 +299,19 @@ def main() -> None:
                 ),
                 "runs": runs,
             }
+            fresh = [r["refresh"] for r in runs if r.get("refresh")]
+            if fresh:
+                row["refresh"] = {
+                    "every_s": mean_min_max([r["every_s"] for r in fresh]),
+                    "predicted_meeting": mean_min_max([r["predicted"] for r in fresh]),
+                    "measured_meeting": mean_min_max([r["measured"] for r in fresh]),
+                    "gap_points": mean_min_max(
+                        [100 * (r["predicted"] - r["measured"]) for r in fresh]
+                    ),
+                    "gap_points_present": mean_min_max(
+                        [100 * (r["predicted_present"] - r["measured"]) for r in fresh]
+                    ),
+                }
             rows.append(row)
             print(f"{suite_name} x{rel}: {json.dumps(row)}", file=sys.stderr, flush=True)
         out[suite_name] = {
@@ -246,6 +319,9 @@ def main() -> None:
             "saturation": sat,
             "table": rows,
             "within_5_points": all(abs(r["gap_points"]["mean"]) <= 5.0 for r in rows),
+            "within_5_points_refresh": all(
+                abs(r["refresh"]["gap_points"]["mean"]) <= 5.0 for r in rows if "refresh" in r
+            ),
         }
     print(
         json.dumps(
