@@ -16,8 +16,9 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    Headroom's saturation level is computed
    as the service computes it (``backend.scheduling.saturation`` over the pods' scraped gauges,
    32 representative requests from its profile of the newest first tokens, the router's own
-   online models and policy; ``backend.sim.autoscale.Probe``). Predicted: 1 - level. Measured: the share of
-   the requests arriving before the next probe that met both SLOs. Each load reports the means over
+   online models and policy; ``backend.sim.autoscale.Probe``). Predicted: 1 - level.
+   Measured: the share of the requests arriving before the next probe that met both SLOs.
+   Each load reports the means over
    its probes and the gap (predicted - measured), mean and min-max over seeds. Three levels
    per probe, from one computation: ``predicted``, the service's level (``--present-weight``'s
    mix of the other two), ``*_present`` with the pods as they stand, and ``*_next`` for the
