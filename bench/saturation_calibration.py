@@ -134,18 +134,11 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     for name, every in (("coarse", coarse_every), ("refresh", refresh_every)):
         t, grid = 0.0, []
         while t <= span + every:
-            if t >= WARMUP_S:
-                grid.append(t)
+            grid.append(t)  # the warm-up's steps only run the simulation: no level there
             t += SLICE_S if t < WARMUP_S else every
         grids[name] = grid
     levels: dict[float, tuple[float, float, float]] = {}
-    for t in sorted(
-        {
-            *[i * SLICE_S for i in range(int(WARMUP_S / SLICE_S))],
-            *grids["coarse"],
-            *grids["refresh"],
-        }
-    ):
+    for t in sorted({*grids["coarse"], *grids["refresh"]}):
         if not sim.run_until(t):
             break
         sim.view.now = t

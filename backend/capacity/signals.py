@@ -69,12 +69,11 @@ class PoolSignals:
     pods: dict[str, PodGauges] = field(default_factory=dict)
     requests: deque[Representative] = field(init=False)
     output_tokens: deque[int] = field(init=False)
-    # (arrival time, requests it stands for): each TTFT sample's observation less its TTFT.
-    arrivals: deque[tuple[datetime, float]] = field(init=False)
-    # (time, requests on its pod, seconds): each TTFT sample's arrival and time to the first
-    # token, each TPOT sample's observation and time per output token; the running + waiting
-    # of its sample. The replay's latency tables are scaled to them (``Served``).
-    served_ttft: deque[tuple[datetime, float, float]] = field(init=False)
+    # Per TTFT sample (arrival time: its observation less its TTFT, requests it stands for,
+    # requests on its pod, seconds to the first token); per TPOT sample (observation, requests
+    # on its pod, seconds per output token). The pod's count is its sample's running +
+    # waiting; the replay's latency tables are scaled to the seconds (``Served``).
+    arrivals: deque[tuple[datetime, float, float, float]] = field(init=False)
     served_tpot: deque[tuple[datetime, float, float]] = field(init=False)
     arrival_weight: float = 1.0
     """Requests each TTFT row read now stands for: more than 1 when a tick's read was cut to
@@ -84,7 +83,6 @@ class PoolSignals:
         self.requests = deque(maxlen=self.profile_size)
         self.output_tokens = deque(maxlen=self.profile_size)
         self.arrivals = deque(maxlen=MAX_ARRIVALS_KEPT)
-        self.served_ttft = deque(maxlen=MAX_ARRIVALS_KEPT)
         self.served_tpot = deque(maxlen=MAX_ARRIVALS_KEPT)
 
     def add(self, row: Any, *, profile: bool = True, gauges: bool = True) -> None:
@@ -93,8 +91,7 @@ class PoolSignals:
             if row.target == TargetCode.TTFT:
                 self.requests.append(Representative(row.input_token_length, row.prefix_cache_score))
                 arrived = _utc(row.observed_at) - timedelta(milliseconds=row.latency_ms)
-                self.arrivals.append((arrived, self.arrival_weight))
-                self.served_ttft.append((arrived, held, row.latency_ms / 1000.0))
+                self.arrivals.append((arrived, self.arrival_weight, held, row.latency_ms / 1000.0))
             elif row.num_tokens_generated > 0:
                 self.output_tokens.append(row.num_tokens_generated)
                 if row.num_tokens_generated > 1:  # one token has no time between tokens
@@ -124,16 +121,16 @@ class PoolSignals:
         of the profile's requests and what the window's samples measured."""
         output = float(np.mean(self.output_tokens)) if self.output_tokens else 1.0
         start = now - timedelta(seconds=window_s)
-        inside = sorted((t, w) for t, w in self.arrivals if start < t <= now)
+        inside = sorted(a for a in self.arrivals if start < a[0] <= now)
         served = Served(
-            tuple((n, s) for t, n, s in self.served_ttft if start < t <= now),
+            tuple((n, s) for _, _, n, s in inside),
             tuple((n, s) for t, n, s in self.served_tpot if start < t <= now),
         )
         return Arrivals(
-            tuple((t - start).total_seconds() for t, _ in inside),
+            tuple((a[0] - start).total_seconds() for a in inside),
             window_s,
             output,
-            tuple(w for _, w in inside),
+            tuple(a[1] for a in inside),
             served,
         )
 
