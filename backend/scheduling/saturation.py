@@ -228,6 +228,10 @@ def project(
     # A decode pod of a P/D pool receives its requests prefilled: straight into decode.
     into_decode = np.array([p.role == "decode" for p in pods])
     to_prefill, to_decode = np.where(into_decode, 0.0, share), np.where(into_decode, share, 0.0)
+    # In the window's order: a burst the pods are in the middle of is replayed at the end.
+    # Replaying the newest first was tried and not kept (docs/capacity.md, "The replay
+    # mirrored, newest traffic first"): less optimistic in Azure code's bursts, more
+    # pessimistic past saturation elsewhere, and the burst's misses are mostly its TPOT.
     times, weights = _merged(arrivals, MAX_ARRIVALS)
     seen = np.empty((len(times), len(pods)))  # requests in the system each arrival finds
     seen_prefill = np.empty_like(seen)  # of which replayed ones still before their first token
