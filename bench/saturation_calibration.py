@@ -156,8 +156,12 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     refresh = _measured(grids["refresh"], refresh_every, levels, result.arrival, ok)
     detail = coarse.pop("detail")
     if refresh is not None:
-        refresh.pop("detail")
+        refresh_detail = refresh.pop("detail")
         refresh["every_s"] = round(refresh_every, 3)
+        # Where within a run a gap comes from, per 5 s instant. (getattr: the benches that
+        # call probe_run with their own arguments have no such option.)
+        if getattr(args, "refresh_detail", False):
+            refresh["probes_detail"] = refresh_detail
     return {
         "load": load,
         "seed": seed,
@@ -253,6 +257,12 @@ def main() -> None:
         type=int,
         default=600,
         help="the refresh grid's instants at most (wider apart on runs spanning hours)",
+    )
+    parser.add_argument(
+        "--refresh-detail",
+        action="store_true",
+        help="keep the refresh grid's instants in each run's JSON (refresh.probes_detail: "
+        "time, present, next, measured, requests), as the coarse grid's always are",
     )
     parser.add_argument("--pods", type=int, default=4)
     parser.add_argument("--relative", default="0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2")
