@@ -158,9 +158,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     if refresh is not None:
         refresh_detail = refresh.pop("detail")
         refresh["every_s"] = round(refresh_every, 3)
-        # Where within a run a gap comes from, per 5 s instant. (getattr: the benches that
-        # call probe_run with their own arguments have no such option.)
-        if getattr(args, "refresh_detail", False):
+        if args.refresh_detail:  # where within a run a gap comes from, per 5 s instant
             refresh["probes_detail"] = refresh_detail
     return {
         "load": load,

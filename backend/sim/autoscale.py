@@ -558,26 +558,25 @@ class Probe:
         # default); False: the models' tables as they are, for A/B.
         self.served = served
 
+    def _by(self, moments: FloatArray, now: float) -> npt.NDArray[np.intp]:
+        """The requests whose sample the service holds at ``now`` (``moments``: when each is
+        posted, NaN before it happens), in the order it took them in."""
+        hi = int(np.searchsorted(self.sim.trace.arrival_s, now, side="right"))
+        at = moments[:hi]
+        with np.errstate(invalid="ignore"):
+            held = np.flatnonzero(at <= now)
+        return held[np.argsort(at[held], kind="stable")]
+
     def _seen(self, now: float) -> npt.NDArray[np.intp]:
         """The requests whose TTFT sample the service holds at ``now`` (first token by then),
         in the order it took them in (by first token)."""
-        hi = int(np.searchsorted(self.sim.trace.arrival_s, now, side="right"))
-        first = self.sim._first[:hi]
-        with np.errstate(invalid="ignore"):
-            seen = np.flatnonzero(first <= now)
-        return seen[np.argsort(first[seen], kind="stable")]
+        return self._by(self.sim._first, now)
 
     def _output_tokens(self, now: float) -> float:
         """The mean output length of the newest ``profile_size`` finished requests (the
         service's TPOT samples); 1 with none."""
-        hi = int(np.searchsorted(self.sim.trace.arrival_s, now, side="right"))
-        done = self.sim._done[:hi]
-        with np.errstate(invalid="ignore"):
-            finished = np.flatnonzero(done <= now)
-        if not finished.size:
-            return 1.0
-        newest = finished[np.argsort(done[finished], kind="stable")][-self.profile_size :]
-        return float(self.sim.trace.output_tokens[newest].mean())
+        newest = self._by(self.sim._done, now)[-self.profile_size :]
+        return float(self.sim.trace.output_tokens[newest].mean()) if newest.size else 1.0
 
     def arrivals_at(self, now: float) -> Arrivals | None:
         """The arrivals of the last ``arrival_window_s`` whose first token the service has
