@@ -41,6 +41,7 @@ class PodGauges:
     pod_class: str | None
     ms_since_last_token: float = 0.0
     oldest_prefill_wait_ms: float = 0.0
+    ms_since_last_first_token: float = 0.0
 
     def candidate(self) -> Candidate:
         return Candidate(
@@ -58,6 +59,7 @@ class PodGauges:
             # placed on the pod at one instant of its work, as a routed one is.
             ms_since_last_token=self.ms_since_last_token,
             oldest_prefill_wait_ms=self.oldest_prefill_wait_ms,
+            ms_since_last_first_token=self.ms_since_last_first_token,
         )
 
 
@@ -114,6 +116,7 @@ class PoolSignals:
             pod_class=row.pod_class,
             ms_since_last_token=row.ms_since_last_token,
             oldest_prefill_wait_ms=row.oldest_prefill_wait_ms,
+            ms_since_last_first_token=row.ms_since_last_first_token,
         )
 
     def recent_arrivals(self, now: datetime, window_s: float) -> Arrivals:

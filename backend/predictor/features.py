@@ -69,18 +69,31 @@ FEATURE_FIELDS: Final = (
     "encoder_matched_size",
     "ms_since_last_token",
     "oldest_prefill_wait_ms",
+    "ms_since_last_first_token",
 )
 """Wire fields read; all but ``REQUIRED_FIELDS`` default to 0 when a column is absent."""
 
-PROGRESS_FIELDS: Final = ("ms_since_last_token", "oldest_prefill_wait_ms")
+PROGRESS_FIELDS: Final = (
+    "ms_since_last_token",
+    "oldest_prefill_wait_ms",
+    "ms_since_last_first_token",
+)
 """Ours, optional: what a router that proxies the pod's streams knows of its progress and
 upstream's wire does not carry (issue 17). ``ms_since_last_token``: how long since the pod last
 streamed a token to any request (a decoding pod streams at every iteration, so this is how far
 into the iteration in progress it is); ``oldest_prefill_wait_ms``: how long the oldest request
 dispatched to the pod and still without its first token has been there (how far its prefill
 has got). Both 0 on a pod with nothing in flight, and from a router that does not send them,
-so a model trained without them is unchanged. They tell where the pod's work stands, not how
-much there is, so they enter the trees only: no cost in the extrapolating base grows with them."""
+so a model trained without them is unchanged. ``ms_since_last_first_token``: how long since
+the pod last streamed a request's *first* token (a prefill finished; 0 when it never has), which
+with the oldest wait dates the start of the prefills it holds now (``prefill_busy_ms``). They
+tell where the pod's work stands, not how much there is, so they enter the trees only: no cost
+in the extrapolating base grows with them (the base's ``prefill_left`` shrinks as they grow)."""
+
+PREFILL_RATE_COLUMN: Final = "prefill_rate"
+"""Not a wire field: the pod's prefill rate in uncached tokens per ms, which a model measured on
+its own training window (``measure_prefill_rates``) and puts in per row by the pod's class
+(``backend/predictor/training.py``), as it does ``pod_class_code``. 0 where unknown."""
 
 TTFT_FEATURES: Final = (
     "kv_cache_percentage",
@@ -98,7 +111,10 @@ TTFT_FEATURES: Final = (
     "prefill_compute_tokens",
     "running_x_uncached_k",
     "encoder_uncached_tokens",
-    *PROGRESS_FIELDS,
+    "ms_since_last_token",
+    "oldest_prefill_wait_ms",
+    "prefill_busy_ms",
+    "prefill_left",
 )
 TTFT_BASE_FEATURES: Final = (
     "uncached_tokens",
@@ -110,6 +126,7 @@ TTFT_BASE_FEATURES: Final = (
     "decode_tokens_in_flight",
     "kv_cache_percentage",
     "encoder_uncached_tokens",
+    "prefill_left",
 )
 
 TPOT_FEATURES: Final = (
@@ -166,13 +183,15 @@ def ttft_features(cols: Columns) -> FeatureMatrix:
     attention = uncached * (cached + 0.5 * uncached) * 1e-3
     running = _get(cols, "num_request_running")
     encoder = np.maximum(_get(cols, "encoder_input_size") - _get(cols, "encoder_matched_size"), 0.0)
+    in_flight = _get(cols, "prefill_tokens_in_flight")
+    busy = prefill_busy_ms(cols)
     values = {
         "kv_cache_percentage": _get(cols, "kv_cache_percentage"),
         "input_token_length": prompt,
         "num_request_waiting": _get(cols, "num_request_waiting"),
         "num_request_running": running,
         "prefix_cache_score": prefix,
-        "prefill_tokens_in_flight": _get(cols, "prefill_tokens_in_flight"),
+        "prefill_tokens_in_flight": in_flight,
         "decode_tokens_in_flight": _get(cols, "decode_tokens_in_flight"),
         "pod_type": _get(cols, "pod_type"),
         "pod_class_code": _get(cols, "pod_class_code"),
@@ -185,8 +204,95 @@ def ttft_features(cols: Columns) -> FeatureMatrix:
         "encoder_uncached_tokens": encoder,
         "ms_since_last_token": _get(cols, "ms_since_last_token"),
         "oldest_prefill_wait_ms": _get(cols, "oldest_prefill_wait_ms"),
+        "prefill_busy_ms": busy,
+        # Of the uncached prompt tokens in flight (each prompt whole until its first token) a
+        # pod prefilling FCFS has done about rate x busy time. The rate is the model's own lower
+        # bound, so this is at least the work truly left: never optimistic, and the whole count
+        # where the rate or the progress is unknown.
+        "prefill_left": np.maximum(in_flight - _get(cols, PREFILL_RATE_COLUMN) * busy, 0.0),
     }
     return _matrix(n, TTFT_FEATURES, values)
+
+
+def prefill_busy_ms(cols: Columns) -> npt.NDArray[np.float64] | float:
+    """How long the pod has been prefilling the requests it holds before their first token: since
+    the later of the oldest one's dispatch and the pod's last first token (the prefills finished
+    before then were other requests'). Where the last first token is not known (0), since the
+    oldest one's dispatch; 0 on a pod with none in flight, or from a router sending neither."""
+    oldest = _get(cols, "oldest_prefill_wait_ms")
+    since_first = _get(cols, "ms_since_last_first_token")
+    return np.where(np.asarray(since_first) > 0.0, np.minimum(oldest, since_first), oldest)
+
+
+PREFILL_RATE_MIN_TOKENS: Final = 256
+"""A sample measures the prefill rate only with at least this many uncached tokens: below, the
+step's fixed costs outweigh the prompt's."""
+
+PREFILL_RATE_MIN_ROWS: Final = 20
+"""Fewest such samples behind a measured rate (of a class, or of the pool)."""
+
+PREFILL_RATE_MIN_WINDOW: Final = 500
+"""Fewest training rows a model needs before it is given a rate at all: one window bucket's
+cap (``WindowSettings.cap``). The rate itself settles within a few fits; what a young model
+does with it does not. Fitted on a few hundred rows, the model leaned on the estimate and read
+a cold Mooncake pool optimistic for its first two minutes (docs/benchmarks.md, "The prefill
+work left ahead at a measured rate"); below this, ``prefill_left`` is the whole count, as
+without an estimate."""
+
+POOL_RATE: Final = ""
+"""``measure_prefill_rates``' key for the pool-wide rate, used for a class with too few rows."""
+
+
+def measure_prefill_rates(
+    cols: Columns, ttft_ms: npt.ArrayLike, rows: npt.ArrayLike
+) -> dict[str, float]:
+    """The pods' prefill rate in uncached tokens per ms, per pod class and pool-wide
+    (``POOL_RATE``), from the TTFT samples among ``rows`` taken with nothing else waiting or
+    prefilling on the pod: their uncached tokens over their TTFTs, summed.
+
+    A TTFT also carries the decode work sharing the pod's steps and its fixed costs, so this is a
+    lower bound of the pure prefill rate, measured on the pool's own traffic: ``prefill_left``
+    from it is at least the true work left. An estimate that cannot run ahead of the data: a
+    grid of assumed rates let a young model weigh the fastest and read a cold pool 47 %
+    optimistic (docs/benchmarks.md, "The prefill work left ahead"). Classes (and a pool) with
+    fewer than ``PREFILL_RATE_MIN_ROWS`` such samples get no rate, and no class does while
+    ``rows`` holds fewer than ``PREFILL_RATE_MIN_WINDOW``."""
+    if int(np.count_nonzero(rows)) < PREFILL_RATE_MIN_WINDOW:
+        return {}
+    labels = np.asarray(ttft_ms, dtype=np.float64).reshape(-1)
+    prompt = np.asarray(_get(cols, "input_token_length"), dtype=np.float64)
+    uncached = prompt * (1.0 - np.clip(_get(cols, "prefix_cache_score"), 0.0, 1.0))
+    with np.errstate(invalid="ignore"):
+        alone = (
+            np.asarray(rows, dtype=bool).reshape(-1)
+            & np.isfinite(labels)
+            & (labels > 0)
+            & (np.asarray(_get(cols, "prefill_tokens_in_flight")) == 0)
+            & (np.asarray(_get(cols, "num_request_waiting")) == 0)
+            & (uncached >= PREFILL_RATE_MIN_TOKENS)
+        )
+    classes = cols.get("pod_class")
+    names = np.asarray(
+        [c or POOL_RATE for c in classes] if classes is not None else [POOL_RATE] * len(labels),
+        dtype=object,
+    )
+    rates: dict[str, float] = {}
+    groups = [(POOL_RATE, alone)] + [(c, alone & (names == c)) for c in set(names[alone]) - {""}]
+    for name, member in groups:
+        if int(member.sum()) >= PREFILL_RATE_MIN_ROWS:
+            rates[name] = float(uncached[member].sum() / labels[member].sum())
+    return rates
+
+
+def prefill_rate_column(
+    classes: Iterable[str | None] | None, rates: Mapping[str, float], n: int
+) -> npt.NDArray[np.float64]:
+    """Each row's prefill rate by its pod's class (``measure_prefill_rates``): the class's own,
+    else the pool's, else 0 (no estimate: ``prefill_left`` is the whole count)."""
+    pool = rates.get(POOL_RATE, 0.0)
+    if classes is None or len(rates) <= 1:
+        return np.full(n, pool, dtype=np.float64)
+    return np.fromiter((rates.get(c or POOL_RATE, pool) for c in classes), np.float64, n)
 
 
 def tpot_features(cols: Columns) -> FeatureMatrix:

@@ -126,6 +126,9 @@ class LatencyModel(ABC):
         self._trees: CompiledTrees | None = None
         # Pod classes seen in training, in code order (see features.pod_class_codes).
         self.classes: tuple[str, ...] = ()
+        # Per pod class, the prefill rate measured on the training window (TTFT models; see
+        # features.measure_prefill_rates).
+        self.prefill_rates: dict[str, float] = {}
         # A mean model's residual calibration: the served mean's correction and the spread
         # around it, per load band (set by training from live or held-out rows; see
         # backend/predictor/calibration.py). ``predict`` is the model alone.
@@ -180,6 +183,7 @@ class LatencyModel(ABC):
             "booster_encoding": encoding,
             "xgboost_version": xgb.__version__,
             "classes": list(self.classes),
+            "prefill_rates": self.prefill_rates,
             "calibration": self.calibration.to_dict() if self.calibration else None,
             **self._header_extra(),
         }
@@ -197,6 +201,7 @@ class LatencyModel(ABC):
             raise ArtifactError(f"artifact kind {header.get('kind')!r} is not a {cls.__name__}")
         model = target._empty(header)
         model.classes = tuple(header.get("classes", ()))
+        model.prefill_rates = dict(header.get("prefill_rates", {}))
         calibration = header.get("calibration")
         model.calibration = Calibration.from_dict(calibration) if calibration else None
         booster = booster_from_bytes(payload)

@@ -12,13 +12,16 @@ import numpy.typing as npt
 from backend.predictor.calibration import UPPER_QUANTILE, column_load, fit_calibration, row_load
 from backend.predictor.evaluation import Metrics, evaluate
 from backend.predictor.features import (
+    PREFILL_RATE_COLUMN,
     Columns,
     Target,
     base_feature_names,
     class_vocabulary,
     feature_matrix,
     feature_names,
+    measure_prefill_rates,
     pod_class_codes,
+    prefill_rate_column,
 )
 from backend.predictor.regressors import Kind, LatencyModel, LossObjective, TrainParams, make_model
 
@@ -57,13 +60,16 @@ def train_target(
     """
     started = time.perf_counter()
     classes = class_vocabulary(cols.get("pod_class"))
-    X = feature_matrix(target, with_class_codes(cols, classes))
     labels = np.asarray(y, dtype=np.float64).reshape(-1)
     held_out = np.asarray(is_test, dtype=bool).reshape(-1)
-    if not labels.shape[0] == held_out.shape[0] == X.shape[0]:
+    n = int(np.shape(cols["input_token_length"])[0])
+    if not labels.shape[0] == held_out.shape[0] == n:
         raise ValueError(
-            f"{X.shape[0]} feature rows, {labels.shape[0]} labels, {held_out.shape[0]} test flags"
+            f"{n} feature rows, {labels.shape[0]} labels, {held_out.shape[0]} test flags"
         )
+    # Measured on the training rows only, so the held-out score sees what serving will.
+    rates = measure_prefill_rates(cols, labels, ~held_out) if target == "ttft" else {}
+    X = feature_matrix(target, model_columns(cols, classes, rates))
     with np.errstate(invalid="ignore"):
         usable = np.isfinite(labels) & (labels > 0) & np.isfinite(X).all(axis=1)
     train, test = usable & ~held_out, usable & held_out
@@ -78,6 +84,7 @@ def train_target(
         params=params,
     )
     model.classes = classes
+    model.prefill_rates = rates
     model.fit(X[train], labels[train])
     metrics = None
     if test.any():
@@ -102,15 +109,24 @@ def train_target(
     )
 
 
-def with_class_codes(cols: Columns, classes: tuple[str, ...]) -> dict[str, Any]:
-    """`cols` plus `pod_class_code` encoded by `classes` (a model's vocabulary)."""
+def model_columns(
+    cols: Columns, classes: tuple[str, ...], rates: dict[str, float]
+) -> dict[str, Any]:
+    """`cols` plus what a model adds to them from its training window: `pod_class_code` by its
+    class vocabulary and each row's measured prefill rate by its class."""
     n = int(np.shape(cols["input_token_length"])[0])
-    return {**cols, "pod_class_code": pod_class_codes(cols.get("pod_class"), classes, n)}
+    pod_class = cols.get("pod_class")
+    return {
+        **cols,
+        "pod_class_code": pod_class_codes(pod_class, classes, n),
+        PREFILL_RATE_COLUMN: prefill_rate_column(pod_class, rates, n),
+    }
 
 
 def predict_columns(model: LatencyModel, target: Target, cols: Columns) -> npt.NDArray[Any]:
     """Predict wire columns with a fitted model: pod classes by the model's own vocabulary."""
-    return model.predict(feature_matrix(target, with_class_codes(cols, model.classes)))
+    columns = model_columns(cols, model.classes, model.prefill_rates)
+    return model.predict(feature_matrix(target, columns))
 
 
 def serve_columns(model: LatencyModel, target: Target, cols: Columns) -> npt.NDArray[np.float64]:

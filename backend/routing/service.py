@@ -161,6 +161,7 @@ def to_candidates(items: Sequence[CandidateIn]) -> list[Candidate]:
             running_tpot_slos_ms=tuple(c.running_tpot_slos_ms),
             ms_since_last_token=c.ms_since_last_token,
             oldest_prefill_wait_ms=c.oldest_prefill_wait_ms,
+            ms_since_last_first_token=c.ms_since_last_first_token,
         )
         for c in items
     ]

@@ -67,6 +67,7 @@ class Sample(Base):
     # Ours, optional wire fields (0 when not sent): how far the pod's work had got.
     ms_since_last_token: Mapped[float] = mapped_column(Float, server_default="0")
     oldest_prefill_wait_ms: Mapped[float] = mapped_column(Float, server_default="0")
+    ms_since_last_first_token: Mapped[float] = mapped_column(Float, server_default="0")
     pod_class: Mapped[str | None] = mapped_column(String(63))
     latency_ms: Mapped[float] = mapped_column(Float)
     predicted_ms: Mapped[float | None] = mapped_column(Float)
@@ -113,6 +114,7 @@ WINDOW_FEATURES: tuple[str, ...] = (
     "encoder_matched_size",
     "ms_since_last_token",
     "oldest_prefill_wait_ms",
+    "ms_since_last_first_token",
 )
 
 # Column order used by ingestion (COPY and executemany) and by the benchmark's COPY ceiling.

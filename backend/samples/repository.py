@@ -147,6 +147,7 @@ _SIGNAL_COLUMNS = (
     Sample.decode_tokens_in_flight,
     Sample.ms_since_last_token,
     Sample.oldest_prefill_wait_ms,
+    Sample.ms_since_last_first_token,
     Sample.pod_type,
     Sample.pod_class,
     Sample.input_token_length,

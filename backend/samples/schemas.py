@@ -91,6 +91,14 @@ class Features(BaseModel):
         description="Ours, optional: milliseconds since the oldest request dispatched to the "
         "pod and still without its first token was dispatched; 0 when there is none.",
     )
+    ms_since_last_first_token: float = Field(
+        0.0,
+        ge=0,
+        le=MAX_LATENCY_MS,
+        description="Ours, optional: milliseconds since the pod last streamed a request's first "
+        "token (a prefill finished); 0 when it never has or nothing is in flight. With the "
+        "oldest wait it dates the prefills the pod holds now; the TTFT model reads it.",
+    )
     pod_class: str | None = Field(
         None,
         max_length=63,

@@ -591,7 +591,9 @@ def without_progress(pod: Candidate) -> Candidate:
     nothing in flight. A long prefill wait kept on an emptied pod is a state no pod shows, which
     the TTFT trees read as a jammed pod (the simulated scaler's idle counterfactual kept it and
     never scaled down)."""
-    return dataclasses.replace(pod, ms_since_last_token=0.0, oldest_prefill_wait_ms=0.0)
+    return dataclasses.replace(
+        pod, ms_since_last_token=0.0, oldest_prefill_wait_ms=0.0, ms_since_last_first_token=0.0
+    )
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Candidate))

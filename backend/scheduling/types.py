@@ -73,6 +73,7 @@ class Candidate:
     # pod's work has got, as a router proxying its streams sees it; 0 when not sent.
     ms_since_last_token: float = 0.0
     oldest_prefill_wait_ms: float = 0.0
+    ms_since_last_first_token: float = 0.0
 
     @property
     def in_flight(self) -> int:

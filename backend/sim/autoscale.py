@@ -474,7 +474,7 @@ def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Can
     for p in pods:
         g = v.scraped(p)
         server = v.servers[p]
-        since, oldest = v.progress(p)
+        since, oldest, since_first = v.progress(p)
         pod = Candidate(
             name=server.name,
             kv_cache_percentage=g.kv_cache_usage,
@@ -491,6 +491,7 @@ def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Can
             # pod's latest sample's); none on a pod scaled to no load (the idle counterfactual).
             ms_since_last_token=since,
             oldest_prefill_wait_ms=oldest,
+            ms_since_last_first_token=since_first,
         )
         out.append(scaled(pod, factor))
     return out

@@ -466,6 +466,7 @@ class Simulation:
             if route.prefill is None:
                 v.prefill_inflight[route.pod] -= route.uncached
                 v.prefill_since[route.pod].pop(req.rid, None)
+                v.first_token_at[route.pod] = o.time
                 self._hit[req.rid] = o.seq.hit_tokens
             v.decode_inflight[route.pod] += req.prompt
             self.policy.on_first_token(req, route, o.time, (o.time - req.arrival) * 1000.0)
@@ -473,6 +474,7 @@ class Simulation:
             v.dispatched[server.index] -= 1
             v.prefill_inflight[server.index] -= route.uncached
             v.prefill_since[server.index].pop(req.rid, None)
+            v.first_token_at[server.index] = o.time
             self._hit[req.rid] = o.seq.hit_tokens
             self.policy.on_handoff(req, route, o.time, (o.time - req.arrival) * 1000.0)
             self._start_transfer(req, server, self.servers[route.pod], o.time)

@@ -228,7 +228,9 @@ def test_the_pods_progress_fields_are_stored_as_sent_and_default_to_zero(
 ) -> None:
     """Headroom's optional wire fields reach the window the trainer reads; a router that does
     not send them (upstream's EPP) stores 0; a bad value is named and stores nothing."""
-    sent = entry(ms_since_last_token=12.5, oldest_prefill_wait_ms=80.25)
+    sent = entry(
+        ms_since_last_token=12.5, oldest_prefill_wait_ms=80.25, ms_since_last_first_token=40
+    )
     body = {"entries": [sent, entry(actual_ttft_ms=300.0)]}
     assert client.post("/add_training_data_bulk", json=body).status_code == 202
     with sessions() as s:
@@ -236,6 +238,8 @@ def test_the_pods_progress_fields_are_stored_as_sent_and_default_to_zero(
     order = np.argsort(window.labels)  # 300 ms (nothing sent), then 412 ms (sent)
     np.testing.assert_array_equal(window.cols["ms_since_last_token"][order], [0.0, 12.5])
     np.testing.assert_array_equal(window.cols["oldest_prefill_wait_ms"][order], [0.0, 80.25])
-    r = client.post("/add_training_data_bulk", json={"entries": [entry(oldest_prefill_wait_ms=-1)]})
-    assert r.status_code == 422
-    assert "oldest_prefill_wait_ms" in r.text
+    np.testing.assert_array_equal(window.cols["ms_since_last_first_token"][order], [0.0, 40.0])
+    for field in ("oldest_prefill_wait_ms", "ms_since_last_first_token"):
+        r = client.post("/add_training_data_bulk", json={"entries": [entry(**{field: -1})]})
+        assert r.status_code == 422
+        assert field in r.text

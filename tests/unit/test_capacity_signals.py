@@ -27,6 +27,7 @@ def row(id: int, pod: str | None, at: datetime, target: int = TargetCode.TTFT, *
         "decode_tokens_in_flight": 0,
         "ms_since_last_token": 0.0,
         "oldest_prefill_wait_ms": 0.0,
+        "ms_since_last_first_token": 0.0,
         "pod_type": 0,
         "pod_class": None,
         "input_token_length": 1000,
@@ -51,6 +52,20 @@ def test_each_pod_keeps_its_latest_gauges_and_a_late_older_row_does_not_win() ->
     )
     assert top == 3
     assert signals[1].pods["a"].num_request_running == 9
+
+
+def test_a_pods_representative_request_is_placed_at_its_latest_progress() -> None:
+    """The saturation level predicts its requests on each pod with the progress fields of the
+    pod's latest sample (Headroom's optional wire fields; 0 from upstream's EPP)."""
+    signals: dict[int, PoolSignals] = {}
+    progress = {
+        "ms_since_last_token": 6.0,
+        "oldest_prefill_wait_ms": 120.0,
+        "ms_since_last_first_token": 45.0,
+    }
+    apply(signals, [row(1, "a", NOW - timedelta(seconds=2)), row(2, "a", NOW, **progress)], 10)
+    candidate = signals[1].pods["a"].candidate()
+    assert {f: getattr(candidate, f) for f in progress} == progress
 
 
 def test_a_pod_not_heard_from_is_stale_and_left_out() -> None:

@@ -22,9 +22,14 @@ def _candidate(name: str, **fields: float) -> CandidateIn:
 
 
 def test_schedule_predicts_each_candidate_with_the_progress_it_was_sent() -> None:
-    items = [_candidate("a", ms_since_last_token=7.5, oldest_prefill_wait_ms=30.0), _candidate("b")]
+    sent = {
+        "ms_since_last_token": 7.5,
+        "oldest_prefill_wait_ms": 30.0,
+        "ms_since_last_first_token": 9.0,
+    }
+    items = [_candidate("a", **sent), _candidate("b")]
     candidates = to_candidates(items)
-    assert (candidates[0].ms_since_last_token, candidates[0].oldest_prefill_wait_ms) == (7.5, 30.0)
+    assert {f: getattr(candidates[0], f) for f in sent} == sent
     cols = candidate_columns(columns(items), {"a": 0, "b": 1}, candidates)
-    np.testing.assert_array_equal(cols["ms_since_last_token"], [7.5, 0.0])
-    np.testing.assert_array_equal(cols["oldest_prefill_wait_ms"], [30.0, 0.0])
+    for field, value in sent.items():
+        np.testing.assert_array_equal(cols[field], [value, 0.0])

@@ -196,7 +196,7 @@ POLICIES: Final[dict[str, PolicyFactory]] = {
     OURS_NO_PROGRESS: lambda t, s, o: _predicted(
         OURS_NO_PROGRESS,
         "ablation: Headroom's policy without the pods' progress fields (ms_since_last_token, "
-        "oldest_prefill_wait_ms: 0, as upstream's EPP sends them)",
+        "oldest_prefill_wait_ms, ms_since_last_first_token: 0, as upstream's EPP sends them)",
         replace(ours_config(t), send_progress=False),
         s,
         o,

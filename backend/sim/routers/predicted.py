@@ -54,8 +54,9 @@ class PredictedConfig:
     """One model per GPU class (profile) rather than one per pool: in the service, a pool per
     class. The wire features carry no GPU class, so one model averages A100 and H100 pods."""
     send_progress: bool = False
-    """The router sends the pods' progress (``ms_since_last_token``, ``oldest_prefill_wait_ms``:
-    Headroom's optional wire fields, what a router proxying the streams knows; issue 17).
+    """The router sends the pods' progress (``ms_since_last_token``, ``oldest_prefill_wait_ms``,
+    ``ms_since_last_first_token``: Headroom's optional wire fields, what a router proxying the
+    streams knows; issue 17).
     Upstream's EPP does not: its rows carry 0."""
     decided_hold_ms: float = 0.0
     """How long a request this router has decided counts in its pod's in-flight work
@@ -82,6 +83,7 @@ def candidate_row(c: Candidate) -> Row:
         float(POD_TYPE_CODES[c.role]),
         c.ms_since_last_token,
         c.oldest_prefill_wait_ms,
+        c.ms_since_last_first_token,
     )
 
 
@@ -108,7 +110,7 @@ def router_row(
         float(v.decode_inflight[pod]),
         1.0,
         float(POD_TYPE_CODES[v.servers[pod].role]),
-        *(v.progress(pod) if progress else (0.0, 0.0)),
+        *(v.progress(pod) if progress else (0.0, 0.0, 0.0)),
     )
 
 
@@ -212,7 +214,7 @@ class PredictedLatency(RoutingPolicy):
             server = v.servers[p]
             held, decided = self._ledger.pending(server.name, v.now)
             rows.append(router_row(v, req, p, pre, decided, self.config.send_progress))
-            since, oldest = rows[-1][-2:]
+            since, oldest, since_first = rows[-1][-3:]
             candidates.append(
                 Candidate(
                     name=server.name,
@@ -229,6 +231,7 @@ class PredictedLatency(RoutingPolicy):
                     dispatched_requests=v.dispatched[p] + held,
                     ms_since_last_token=since,
                     oldest_prefill_wait_ms=oldest,
+                    ms_since_last_first_token=since_first,
                 )
             )
         self._cols = columns(np.asarray(rows, dtype=np.float64))

@@ -5,6 +5,10 @@ import pytest
 
 from backend.predictor.features import (
     ATTENTION_WEIGHT,
+    POOL_RATE,
+    PREFILL_RATE_COLUMN,
+    PREFILL_RATE_MIN_ROWS,
+    PREFILL_RATE_MIN_WINDOW,
     PROGRESS_FIELDS,
     TPOT_BASE_FEATURES,
     TPOT_FEATURES,
@@ -13,7 +17,9 @@ from backend.predictor.features import (
     feature_matrix,
     feature_names,
     is_known_role,
+    measure_prefill_rates,
     pod_type_codes,
+    prefill_rate_column,
     tpot_features,
     ttft_features,
 )
@@ -91,6 +97,78 @@ def test_the_pods_progress_enters_the_ttft_trees_only() -> None:
     assert np.all(_column(ttft_features(_cols()), TTFT_FEATURES, "ms_since_last_token") == 0)
     assert not set(PROGRESS_FIELDS) & set(TTFT_BASE_FEATURES)
     assert not set(PROGRESS_FIELDS) & set(TPOT_FEATURES)
+
+
+def test_the_prefill_left_ahead_is_estimated_from_how_long_the_pod_has_been_prefilling() -> None:
+    """The pod has prefilled its present requests since the later of the oldest one's dispatch
+    and its last first token; at the model's measured rate that much of the uncached prompt
+    tokens in flight is done. Without a rate, or from a router that sends no progress, nothing
+    is done: the estimate is the tokens in flight, the base's driver as without it."""
+    X = ttft_features(
+        _cols(
+            prefill_tokens_in_flight=[3000, 3000],
+            oldest_prefill_wait_ms=[200, 200],
+            ms_since_last_first_token=[50, 0],  # the second pod has not reported one
+            **{PREFILL_RATE_COLUMN: [10.0, 20.0]},  # tokens per ms
+        )
+    )
+    np.testing.assert_allclose(_column(X, TTFT_FEATURES, "prefill_busy_ms"), [50, 200])
+    np.testing.assert_allclose(_column(X, TTFT_FEATURES, "prefill_left"), [2500, 0])
+    for silent in (_cols(), _cols(oldest_prefill_wait_ms=[200, 200])):
+        X = ttft_features(silent)
+        np.testing.assert_array_equal(
+            _column(X, TTFT_FEATURES, "prefill_left"),
+            _column(X, TTFT_FEATURES, "prefill_tokens_in_flight"),
+        )
+    assert "prefill_left" in TTFT_BASE_FEATURES
+
+
+def _rate_cols(n: int, **overrides: object) -> dict[str, np.ndarray]:
+    cols: dict[str, object] = {
+        "kv_cache_percentage": np.zeros(n),
+        "input_token_length": np.full(n, 2000.0),
+        "num_request_waiting": np.zeros(n),
+        "num_request_running": np.zeros(n),
+        "prefix_cache_score": np.full(n, 0.5),  # 1000 uncached tokens each
+        "prefill_tokens_in_flight": np.zeros(n),
+    }
+    cols.update(overrides)
+    return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def test_the_prefill_rate_is_measured_on_samples_taken_with_the_pod_to_themselves() -> None:
+    n = PREFILL_RATE_MIN_WINDOW
+    # All but a few rows on a pod already prefilling: their TTFT says nothing of the rate alone.
+    in_flight = np.where(np.arange(n) < PREFILL_RATE_MIN_ROWS, 0.0, 5000.0)
+    ttft = np.where(in_flight == 0, 100.0, 600.0)  # 1000 tokens in 100 ms alone: 10 per ms
+    rates = measure_prefill_rates(
+        _rate_cols(n, prefill_tokens_in_flight=in_flight), ttft, np.ones(n, bool)
+    )
+    assert rates == {POOL_RATE: pytest.approx(10.0)}
+    # Rows outside the training set, and too few rows, measure nothing: no rate, no estimate.
+    assert measure_prefill_rates(_rate_cols(n), np.full(n, 100.0), np.arange(n) < 5) == {}
+
+
+def test_a_young_model_gets_no_rate_however_many_of_its_rows_measure_it() -> None:
+    # Every row measures the rate, but a model on fewer rows than one window bucket holds is
+    # young: it leaned on the estimate and read a cold pool optimistic (the gate's docstring).
+    n = PREFILL_RATE_MIN_WINDOW
+    young = np.arange(n) < n - 1
+    assert measure_prefill_rates(_rate_cols(n), np.full(n, 100.0), young) == {}
+    assert measure_prefill_rates(_rate_cols(n), np.full(n, 100.0), np.ones(n, bool)) != {}
+
+
+def test_each_pod_class_gets_its_own_rate_and_an_unmeasured_one_the_pools() -> None:
+    n = PREFILL_RATE_MIN_WINDOW
+    classes = np.array(["h100"] * (n - PREFILL_RATE_MIN_ROWS) + ["a100"] * PREFILL_RATE_MIN_ROWS)
+    ttft = np.where(classes == "h100", 50.0, 100.0)
+    rates = measure_prefill_rates(_rate_cols(n, pod_class=classes), ttft, np.ones(n, bool))
+    assert rates["h100"] == pytest.approx(20.0)
+    assert rates["a100"] == pytest.approx(10.0)
+    assert rates[POOL_RATE] == pytest.approx(n * 1000 / ttft.sum())
+    column = prefill_rate_column(["a100", "l4", None], rates, 3)
+    np.testing.assert_allclose(column, [10.0, rates[POOL_RATE], rates[POOL_RATE]])
+    np.testing.assert_array_equal(prefill_rate_column(None, {}, 2), [0.0, 0.0])
 
 
 def test_base_features_are_model_features() -> None:

@@ -57,3 +57,20 @@ def test_class_vocabulary_survives_the_artifact_and_unknown_classes_fall_back() 
     )
     unknown = {**rows, "pod_class": np.array(["b200"] * 5, dtype=object)}
     assert np.all(np.isfinite(predict_columns(loaded, "tpot", unknown)))
+
+
+def test_a_ttft_model_measures_each_class_prefill_rate_and_keeps_it_in_the_artifact() -> None:
+    train = mixed_pool(4000, seed=4)
+    model = train_target("ttft", train, train["actual_ttft_ms"], np.zeros(4000, bool)).model
+    assert model.prefill_rates["h100"] > model.prefill_rates["a100"] > 0
+    loaded = load_model(model.to_artifact())
+    assert loaded.prefill_rates == model.prefill_rates
+    busy = {
+        **{k: v[:50] for k, v in train.items()},
+        "oldest_prefill_wait_ms": np.full(50, 30.0),
+    }
+    np.testing.assert_array_equal(
+        predict_columns(model, "ttft", busy), predict_columns(loaded, "ttft", busy)
+    )
+    tpot = train_target("tpot", train, train["actual_tpot_ms"], np.zeros(4000, bool)).model
+    assert tpot.prefill_rates == {}

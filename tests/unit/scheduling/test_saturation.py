@@ -461,10 +461,12 @@ def test_a_pod_scaled_to_no_load_carries_no_progress_and_one_scaled_up_keeps_it(
         prefill_tokens_in_flight=3000,
         ms_since_last_token=12.0,
         oldest_prefill_wait_ms=400.0,
+        ms_since_last_first_token=150.0,
     )
     idle = scaled(busy, 0.0)
     assert (idle.num_request_running, idle.prefill_tokens_in_flight) == (0, 0)
     assert (idle.ms_since_last_token, idle.oldest_prefill_wait_ms) == (0.0, 0.0)
+    assert idle.ms_since_last_first_token == 0.0
     fuller = scaled(busy, 2.0)  # the same work over half the pods
     assert (fuller.num_request_running, fuller.num_request_waiting) == (6, 2)
     assert fuller.kv_cache_percentage == 1.0  # a pod holds at most all its KV

@@ -37,6 +37,7 @@ class Checked:
     done_count: Counter[int] = field(default_factory=Counter)
     first_count: Counter[int] = field(default_factory=Counter)
     max_used_fraction: float = 0.0
+    sim: Simulation | None = None
 
 
 def check_server(server: Server) -> None:
@@ -68,7 +69,7 @@ def run_checked(
         make_policy(policy, fabric, seed),
         SimConfig(SLO, seed=seed, transfer=fabric),
     )
-    checked = Checked(result=None)  # type: ignore[arg-type]
+    checked = Checked(result=None, sim=sim)  # type: ignore[arg-type]
     for server in sim.servers:
         advance = server.advance
 

@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from backend.policies.schemas import PolicySpec
-from backend.scheduling.types import TransferConfig
+from backend.scheduling.types import Candidate, TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
     ARRIVAL_WINDOW_S,
@@ -267,6 +267,10 @@ def test_the_loop_hands_scalers_the_samples_the_epp_posted() -> None:
     assert all(any(r.target == "tpot" for r in rows) for rows in late)
 
 
+def _progress(c: Candidate) -> tuple[float, float, float]:
+    return c.ms_since_last_token, c.oldest_prefill_wait_ms, c.ms_since_last_first_token
+
+
 def test_the_idle_counterfactual_carries_no_progress() -> None:
     """The predicted-saturation scaler prices its requests on the pods scaled to no load (what
     would miss anyway). An idle pod has nothing in flight, so its progress fields are 0, as the
@@ -278,12 +282,12 @@ def test_the_idle_counterfactual_carries_no_progress() -> None:
     sim = SimpleNamespace(view=v)
     busy, progress = _candidates(sim, [0], 1.0)[0], v.progress(0)  # type: ignore[arg-type]
     assert progress[1] > 0.0 and busy.num_request_running + busy.num_request_waiting == 3
-    assert (busy.ms_since_last_token, busy.oldest_prefill_wait_ms) == progress
+    assert _progress(busy) == progress
     fewer = _candidates(sim, [0], 2.0)[0]  # type: ignore[arg-type]
-    assert (fewer.ms_since_last_token, fewer.oldest_prefill_wait_ms) == progress
+    assert _progress(fewer) == progress
     idle = _candidates(sim, [0], 0.0)[0]  # type: ignore[arg-type]
     assert idle.num_request_running + idle.num_request_waiting == 0
-    assert (idle.ms_since_last_token, idle.oldest_prefill_wait_ms) == (0.0, 0.0)
+    assert _progress(idle) == (0.0, 0.0, 0.0)
 
 
 def _probed(

@@ -50,6 +50,18 @@ def test_every_request_finishes_or_is_shed_exactly_once(
         assert (r.prefill_pod[done] != r.pod[done]).all()
 
 
+def test_the_router_dates_each_pods_last_first_token() -> None:
+    """``ms_since_last_first_token`` is read from the time the engine records as each pod's
+    last first token: the latest first token of the requests it served."""
+    checked = run_checked("headroom", n=150, load=2.0)
+    r, sim = checked.result, checked.sim
+    assert sim is not None
+    for pod in range(len(sim.servers)):
+        served = (r.pod == pod) & np.isfinite(r.first_token)
+        assert served.any()
+        assert sim.view.first_token_at[pod] == pytest.approx(r.first_token[served].max())
+
+
 def test_kv_stays_within_capacity_under_pressure() -> None:
     # Llama-2-7B holds 4x fewer tokens than Llama-3-8B; many chats decoding at once outgrow it.
     checked = run_checked(

@@ -136,5 +136,7 @@ def test_candidate_row_equals_the_router_row_of_the_same_pod() -> None:
         role="decode",
         ms_since_last_token=12.5,
         oldest_prefill_wait_ms=40.0,
+        ms_since_last_first_token=90.0,
     )
-    assert candidate_row(c) == (0.25, 900.0, 2.0, 5.0, 0.5, 1200.0, 300.0, 1.0, 2.0, 12.5, 40.0)
+    row = (0.25, 900.0, 2.0, 5.0, 0.5, 1200.0, 300.0, 1.0, 2.0, 12.5, 40.0, 90.0)
+    assert candidate_row(c) == row

@@ -71,19 +71,24 @@ def test_headroom_holds_its_decisions_as_schedule_does_and_upstream_does_not() -
 
 
 def test_headroom_sends_the_pods_progress_and_upstream_sends_none() -> None:
-    """Headroom's router sends ``ms_since_last_token`` and ``oldest_prefill_wait_ms`` (its
-    optional wire fields); upstream's EPP does not, so its rows and candidates carry 0."""
+    """Headroom's router sends ``ms_since_last_token``, ``oldest_prefill_wait_ms`` and
+    ``ms_since_last_first_token`` (its optional wire fields); upstream's EPP does not, so its
+    rows and candidates carry 0."""
     for name, sends in ((OURS, True), (LLMD_PREDICTED_BEST, False)):
         policy, view = bound(name, pods=1)
         assert policy.config.send_progress is sends
         view.dispatched[0] = 1
         view.prefill_since[0][7] = 0.0
+        view.first_token_at[0] = 0.001  # an earlier request's prefill ended 1 ms after
         view.servers[0].enqueue(Seq(Request(7, 0.0, 3000, 10, [7], 0)), 0.0)
         view.now = 0.004
         route(policy, 0, 100)
         c = policy._candidates[0]
-        expected = (pytest.approx(4.0), pytest.approx(4.0)) if sends else (0.0, 0.0)
-        assert (c.ms_since_last_token, c.oldest_prefill_wait_ms) == expected
+        sent = (pytest.approx(4.0), pytest.approx(4.0), pytest.approx(3.0))
+        expected = sent if sends else (0.0, 0.0, 0.0)
+        assert (c.ms_since_last_token, c.oldest_prefill_wait_ms, c.ms_since_last_first_token) == (
+            expected
+        )
         assert policy._cols is not None
-        row = (policy._cols["ms_since_last_token"][0], policy._cols["oldest_prefill_wait_ms"][0])
-        assert row == expected
+        fields = ("ms_since_last_token", "oldest_prefill_wait_ms", "ms_since_last_first_token")
+        assert tuple(policy._cols[f][0] for f in fields) == expected
