@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/autoscale.py [--trace mooncake-conversation] [--seeds 0,1,2]
         [--scalers queue-hpa,wva-saturation,headroom-saturation,headroom-desired]
-        (also headroom-saturation-gauge, headroom-combined)
+        (also headroom-saturation-gauge, headroom-combined, foresight@pods_per_ktok=X)
         (a baseline's knobs: queue-hpa@target=3, wva-saturation@kv_threshold=0.7/queue_spare=2)
         [--shapes ramp,step] [--base 0.2] [--peak 0.6] [--up-s 1200 | --short] [--step-s 600]
         [--burst 0.6] [--min-pods 2] [--max-pods 12] [--initial 3] [--warmup-s 240]
@@ -31,7 +31,9 @@ reads the pods' level as they stand, or with ``--saturation mix`` the service's 
 ``headroom-saturation-gauge`` is the same count as the service exports it
 (``headroom_saturation_replicas``: from the ready pods, no hold while pods start) and
 ``headroom-combined`` the larger of it and ``headroom-desired``, as a KEDA ScaledObject with
-both triggers scales.
+both triggers scales. ``foresight@pods_per_ktok=X`` (``lead_s``, ``window_s`` too) is not a
+scaler but a reference that reads the warped trace's future (``Foresight``): swept over ``X``
+it traces what following the coming load exactly buys at each cost.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from backend.sim.autoscale import (
     DesiredReplicas,
     Fixed,
     Fleet,
+    Foresight,
     PredictedSaturation,
     QueueHpa,
     Scaler,
@@ -67,7 +70,7 @@ from backend.sim.gpu import load_profile
 from backend.sim.pool import build_pool
 from backend.sim.routers import OURS, make_policy
 from backend.sim.routers.predicted import PredictedLatency
-from backend.sim.traces import TenantModel, load_trace
+from backend.sim.traces import TenantModel, Trace, load_trace
 from backend.sim.view import Slo
 from bench._common import machine, mean_min_max
 
@@ -105,6 +108,7 @@ def desired_options(args: argparse.Namespace) -> dict[str, Any]:
 KNOBS = {
     "queue-hpa": ("target",),
     "wva-saturation": ("kv_threshold", "kv_spare", "queue_threshold", "queue_spare"),
+    "foresight": ("pods_per_ktok", "lead_s", "window_s"),
 }
 
 
@@ -125,7 +129,9 @@ def knobs(name: str) -> tuple[str, dict[str, float]]:
     return base, values
 
 
-def _scaler(name: str, args: argparse.Namespace) -> Scaler:
+def _scaler(name: str, args: argparse.Namespace, trace: Trace | None = None) -> Scaler:
+    """The scaler ``name`` names; ``trace`` is the run's traffic, which only ``foresight``
+    reads (and needs)."""
     if name.startswith("fixed-"):
         return Fixed(int(name.removeprefix("fixed-")), name=name)  # the unscaled reference
     base, values = knobs(name)
@@ -133,6 +139,12 @@ def _scaler(name: str, args: argparse.Namespace) -> Scaler:
         return QueueHpa(**{"target": args.queue_target, **values}, name=name)
     if base == "wva-saturation":
         return WvaSaturation(**values, name=name)
+    if base == "foresight":
+        if "pods_per_ktok" not in values:
+            raise SystemExit(f"{name!r}: foresight needs pods_per_ktok=X")
+        if trace is None:
+            raise SystemExit("foresight reads the run's trace: build it with the run")
+        return Foresight(trace.arrival_s, trace.input_tokens, **values, name=name)
     if name == "headroom-saturation":
         return PredictedSaturation(budget=1.0 - args.attainment)
     if name == "headroom-desired":
@@ -151,7 +163,7 @@ def _scaler(name: str, args: argparse.Namespace) -> Scaler:
             )
         )
     known = ", ".join(SCALERS + MORE_SCALERS)
-    raise SystemExit(f"unknown scaler {name!r}; choose from {known} or fixed-N")
+    raise SystemExit(f"unknown scaler {name!r}; choose from {known}, foresight@... or fixed-N")
 
 
 def burst_at(args: argparse.Namespace) -> float:
@@ -159,8 +171,11 @@ def burst_at(args: argparse.Namespace) -> float:
     return float(args.warmup_s + args.step_s / 3)
 
 
-def one_run(args: argparse.Namespace, shape: str, scaler: Scaler, seed: int) -> AutoscaleResult:
-    """One scaler on one seed of one traffic shape (``ramp`` or ``step``)."""
+def one_run(
+    args: argparse.Namespace, shape: str, scaler: Scaler | str, seed: int
+) -> AutoscaleResult:
+    """One scaler (or the name of one, built on this run's trace) on one seed of one traffic
+    shape (``ramp`` or ``step``)."""
     slots = 2 * args.max_pods  # draining pods keep their slot while new ones start
     pods = build_pool(slots, args.gpu)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
@@ -175,6 +190,8 @@ def one_run(args: argparse.Namespace, shape: str, scaler: Scaler, seed: int) -> 
     trace = warp(load_trace(args.trace, tenants).spread_ties(seed), rate, horizon)
     router = make_policy(OURS, fabric, seed)
     assert isinstance(router, PredictedLatency)
+    if isinstance(scaler, str):
+        scaler = _scaler(scaler, args, trace)
     fleet = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.initial)
     return run_autoscaled(
         trace,
@@ -198,7 +215,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             runs: list[dict[str, Any]] = []
             for seed in seeds:
                 started = time.process_time()
-                result = one_run(args, shape, _scaler(name, args), seed)
+                result = one_run(args, shape, name, seed)
                 recover = result.recovery_s(burst_at(args)) if shape == "step" else None
                 runs.append(
                     {

@@ -37,6 +37,10 @@ The scalers:
   (``fromsamples.estimate_replicas``, which the periodic job runs too) on the samples the
   simulated EPP posted over the last minutes: rebuild the requests, calibrate the pod, bisect
   on the pod count over replays.
+* ``Foresight``: not a scaler a cluster can run but a reference: it reads the trace's future
+  and asks for pods in proportion to the prompt tokens arriving one start-up ahead. Swept over
+  its one knob it shows what scaling with the coming load known exactly buys at each cost, the
+  reach of any scaler that follows the load.
 """
 
 from __future__ import annotations
@@ -298,6 +302,38 @@ class Combined:
 
     def desired(self, obs: Observation) -> int:
         return max(part.desired(obs) for part in self.parts)
+
+
+@dataclass
+class Foresight:
+    """A reference that knows the future: ``pods_per_ktok`` pods per thousand prompt tokens a
+    second arriving over ``window_s`` from ``lead_s`` ahead (the pods' start-up, so that they
+    are ready when the load comes), rounded up. ``arrival_s`` and ``prompt_tokens`` are the
+    whole run's trace (sorted by arrival). Prompt tokens rather than requests: a pod's work is
+    mostly its prefill, and a long-prompt minute needs more pods than a short-prompt one with
+    as many requests. Not deployable; it places the others: what following the load with no
+    lag and no forecast error buys, swept over ``pods_per_ktok`` (its one knob) for each cost.
+    A reference, not a bound: a count that is not proportional to the tokens (a floor for
+    the longest prompts, say) could do better at some cost."""
+
+    arrival_s: FloatArray
+    prompt_tokens: npt.NDArray[np.int64]
+    pods_per_ktok: float
+    lead_s: float = 90.0
+    window_s: float = 60.0
+    name: str = "foresight"
+
+    def __post_init__(self) -> None:
+        if not self.pods_per_ktok > 0 or not self.window_s > 0 or self.lead_s < 0:
+            raise ValueError("need pods_per_ktok > 0, window_s > 0 and lead_s >= 0")
+        if len(self.arrival_s) != len(self.prompt_tokens):
+            raise ValueError("one prompt length per arrival")
+
+    def desired(self, obs: Observation) -> int:
+        start = obs.now + self.lead_s
+        lo, hi = np.searchsorted(self.arrival_s, [start, start + self.window_s], side="left")
+        ktok_per_s = float(self.prompt_tokens[lo:hi].sum()) / 1000.0 / self.window_s
+        return max(1, math.ceil(self.pods_per_ktok * ktok_per_s))
 
 
 TREND_S: Final = 300.0

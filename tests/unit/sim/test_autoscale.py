@@ -21,6 +21,7 @@ from backend.sim.autoscale import (
     DesiredReplicas,
     Fixed,
     Fleet,
+    Foresight,
     Observation,
     PodGauges,
     PredictedSaturation,
@@ -353,3 +354,30 @@ def test_after_a_quiet_minute_the_probe_keeps_its_profile_as_the_service_does() 
 def test_the_probes_profile_and_window_are_the_services() -> None:
     settings = CapacitySettings()
     assert (settings.profile_size, settings.arrival_window_s) == (PROFILE_SIZE, ARRIVAL_WINDOW_S)
+
+
+def _at(now: float, replicas: int = 3) -> Observation:
+    return replace(_obs({}, replicas), now=now)
+
+
+def test_foresight_sizes_for_the_prompt_tokens_arriving_one_start_up_ahead() -> None:
+    # 1,000 tokens a second from t = 100 to 160, 10,000 a second from t = 200 to 260.
+    arrival = np.concatenate([np.arange(100.0, 160.0), np.arange(200.0, 260.0, 0.1)])
+    tokens = np.full(len(arrival), 1000, dtype=np.int64)
+    oracle = Foresight(arrival, tokens, pods_per_ktok=0.5, lead_s=90.0, window_s=60.0)
+    assert oracle.desired(_at(10.0)) == 1  # [100, 160): 1 ktok/s x 0.5, rounded up
+    assert oracle.desired(_at(110.0)) == 5  # [200, 260): 10 ktok/s x 0.5
+    # Half the window inside the burst: half its rate.
+    assert oracle.desired(_at(80.0)) == 3  # [170, 230): 300 s of 10 ktok/s over 60 s -> 5 / 2
+    # What has arrived or arrives before the pods could be ready is not what it sizes for.
+    assert oracle.desired(_at(200.0)) == 1
+    # Nothing arrives in [260, 320): one pod, whatever the pool holds now.
+    assert oracle.desired(_at(170.0, replicas=9)) == 1
+
+
+def test_foresight_rejects_what_it_cannot_read() -> None:
+    one = np.zeros(1)
+    with pytest.raises(ValueError):
+        Foresight(one, np.zeros(1, np.int64), pods_per_ktok=0.0)
+    with pytest.raises(ValueError):
+        Foresight(one, np.zeros(2, np.int64), pods_per_ktok=1.0)
