@@ -16,6 +16,12 @@ the seeds' means:
   seed's ratio is at most 0.85). Where no baseline point reaches it, over the cost of the
   baselines' best point (Headroom is then better on attainment, and is asked for the 15 % on
   cost against that point: stricter than the first rule, which counted such a seed as met).
+
+References (``fixed-N``, ``foresight@...``; ``docs/results/autoscale_reach_rule.txt``) are
+not compared as Headroom's: ``reach`` places every scaler. The ceiling is the largest fixed
+count's attainment (no scaler within the bounds has more pods); foresight, which reads the
+trace's future, is a frontier of its own (its configurations' hull), read at the baselines'
+best point (its cost ratio there) and at each Headroom configuration's cost.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import machine, mean_min_max
 
 BASELINES = ("queue-hpa", "wva-saturation")
+FORESIGHT = "foresight"
 Point = tuple[float, float]
 
 
@@ -123,6 +131,53 @@ def is_baseline(name: str) -> bool:
     return name.split("@")[0] in BASELINES
 
 
+def fixed_pods(name: str) -> int | None:
+    """N for ``fixed-N`` (the unscaled reference), else None."""
+    return int(name.removeprefix("fixed-")) if name.startswith("fixed-") else None
+
+
+def is_reference(name: str) -> bool:
+    return fixed_pods(name) is not None or name.split("@")[0] == FORESIGHT
+
+
+def reach(
+    baselines: list[Point], foresight: list[Point], fixed: dict[int, Point], headroom: list[Point]
+) -> dict[str, Any]:
+    """One seed (or the means): what the references say of the targets. ``fixed`` maps N to
+    fixed-N's point; the largest N is the ceiling."""
+    hull, ahead = upper_hull(baselines), upper_hull(foresight)
+    top_cost, top = hull[-1]
+    need = cost_for(ahead, top)
+    ceiling = fixed[max(fixed)][1] if fixed else None
+    counts = sorted(fixed)
+    return {
+        "baselines_best": [round(top_cost, 4), round(top, 4)],
+        "foresight_gpu_hours_for_baselines_best": None if need is None else round(need, 4),
+        "foresight_cost_ratio_at_baselines_best": None
+        if need is None
+        else round(need / top_cost, 3),
+        "ceiling_attainment": None if ceiling is None else round(ceiling, 4),
+        "ceiling_over_baselines_best_points": None
+        if ceiling is None
+        else round(100 * (ceiling - top), 2),
+        "fixed_rises_with_pods": all(fixed[a][1] <= fixed[b][1] for a, b in pairwise(counts)),
+        "at_headroom_costs": [
+            {
+                "gpu_hours": round(cost, 4),
+                "baselines": round(best_at(hull, cost), 4),
+                "foresight_lead_points": round(
+                    100 * (best_at(ahead, cost) - best_at(hull, cost)), 2
+                ),
+                "ceiling_lead_points": None
+                if ceiling is None
+                else round(100 * (ceiling - best_at(hull, cost)), 2),
+            }
+            for cost, _ in sorted(headroom)
+        ],
+        "foresight_hull": [[round(x, 4), round(y, 4)] for x, y in ahead],
+    }
+
+
 def verdicts(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
     """One shape: every configuration's figures and each Headroom scaler's comparison."""
     seeds = sorted(set.intersection(*(set(by_seed) for by_seed in runs.values())))
@@ -147,7 +202,7 @@ def verdicts(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
     }
     baselines = [name for name in runs if is_baseline(name)]
     out: dict[str, Any] = {}
-    for name in sorted(n for n in runs if not is_baseline(n)):
+    for name in sorted(n for n in runs if not is_baseline(n) and not is_reference(n)):
         per_seed = {
             s: compare(point(runs[name][s]), [point(runs[b][s]) for b in baselines]) for s in seeds
         }
@@ -160,7 +215,28 @@ def verdicts(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
             "fewer_gpu_hours_15_percent_met": all(r is not None and r <= 0.85 for r in ratios),
             "seeds_no_baseline_reaches": sum(c["baselines_never_reach"] for c in per_seed.values()),
         }
-    return {"seeds": seeds, "configurations": table, "headroom": out}
+    result = {"seeds": seeds, "configurations": table, "headroom": out}
+    ahead = [n for n in runs if n.split("@")[0] == FORESIGHT]
+    if ahead and baselines:
+        fixed = {n: k for n in runs if (k := fixed_pods(n)) is not None}
+        ours = list(out)
+
+        def on_seed(seed: int) -> Callable[[str], Point]:
+            return lambda name: point(runs[name][seed])
+
+        def placed(pick: Callable[[str], Point]) -> dict[str, Any]:
+            return reach(
+                [pick(b) for b in baselines],
+                [pick(f) for f in ahead],
+                {k: pick(n) for n, k in fixed.items()},
+                [pick(h) for h in ours],
+            )
+
+        result["reach"] = {
+            "per_seed": {s: placed(on_seed(s)) for s in seeds},
+            "on_means": placed(mean_point),
+        }
+    return result
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.autoscale_frontier import best_at, compare, cost_for, upper_hull
+from bench.autoscale_frontier import best_at, compare, cost_for, reach, upper_hull, verdicts
 
 # (GPU-hours, attainment): WVA's defaults, a costlier HPA that does worse, a point under the
 # chord between its neighbours, and a costliest point past the best one.
@@ -38,3 +38,36 @@ def test_past_the_frontier_the_cost_is_read_against_its_best_point() -> None:
     result = compare((5.0, 0.85), POINTS)  # more than any baseline point attains
     assert result["baselines_never_reach"]
     assert result["cost_ratio"] == pytest.approx(5.0 / 6.0, abs=1e-3)
+
+
+def test_reach_places_the_baselines_best_against_foresight_and_the_ceiling() -> None:
+    foresight = [(2.0, 0.60), (3.0, 0.75), (5.0, 0.82)]
+    fixed = {4: (2.0, 0.55), 12: (8.0, 0.83)}
+    out = reach(POINTS, foresight, fixed, [(4.35, 0.79)])
+    assert out["baselines_best"] == [6.0, 0.8]
+    # Foresight reaches 0.80 between 3.0 and 5.0: at 3.0 + 2.0 x 5 / 7.
+    assert out["foresight_gpu_hours_for_baselines_best"] == pytest.approx(3.0 + 10 / 7, abs=1e-3)
+    assert out["foresight_cost_ratio_at_baselines_best"] == pytest.approx(
+        (3.0 + 10 / 7) / 6.0, abs=1e-3
+    )
+    assert out["ceiling_over_baselines_best_points"] == pytest.approx(3.0)
+    assert out["fixed_rises_with_pods"]
+    [at] = out["at_headroom_costs"]
+    assert at["baselines"] == pytest.approx(0.72)
+    assert at["ceiling_lead_points"] == pytest.approx(11.0)
+
+
+def test_references_are_placed_not_judged_as_headrooms() -> None:
+    def run(seed: int, gpu: float, att: float) -> dict[str, object]:
+        return {"seed": seed, "gpu_hours": gpu, "attainment": att, "peak_replicas": 1}
+
+    runs = {
+        "wva-saturation": {0: run(0, 2.7, 0.64)},
+        "foresight@pods_per_ktok=0.3": {0: run(0, 2.5, 0.70)},
+        "fixed-12": {0: run(0, 8.0, 0.83)},
+        "headroom-desired": {0: run(0, 3.0, 0.70)},
+    }
+    out = verdicts(runs)
+    assert list(out["headroom"]) == ["headroom-desired"]
+    assert out["reach"]["per_seed"][0]["ceiling_attainment"] == pytest.approx(0.83)
+    assert out["reach"]["on_means"]["foresight_hull"] == [[0.0, 0.0], [2.5, 0.7]]
