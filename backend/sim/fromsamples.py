@@ -236,20 +236,27 @@ def _prefix_blocks(
     "Replay fidelity")."""
     fresh = iter(range(1 << 62))
     blocks: list[list[int]] = []
+    whole: list[int] = []  # each request's leading blocks that its prompt fills
     hit: list[int] = []  # leading blocks each request shares with its donor
     last_of_group: dict[str, int] = {}
     grouped = 0
     for i, r in enumerate(reqs):
-        n = -(-max(1, r.input_tokens) // UNIT_TOKENS)
-        shared = min(n, round(min(max(r.prefix_score, 0.0), 1.0) * n))
+        prompt = max(1, r.input_tokens)
+        n = -(-prompt // UNIT_TOKENS)
+        # Only whole blocks are shared, as vLLM caches only full blocks: a prompt's partial last
+        # block, shared as another's whole one, gave one block id two sizes, and the replayed
+        # pod's block accounting leaked (a replay of Mooncake's samples then failed with "one
+        # request outgrew the KV cache"; docs/capacity.md, "How far any scaler can go").
+        shared = min(prompt // UNIT_TOKENS, round(min(max(r.prefix_score, 0.0), 1.0) * n))
         donor: list[int] = []
         if r.prefix_group is not None and r.prefix_group in last_of_group:
-            donor = blocks[last_of_group[r.prefix_group]]
+            j = last_of_group[r.prefix_group]
+            donor = blocks[j][: whole[j]]
             grouped += 1
         elif shared:
             long_enough: int | None = None
             for j in range(i - 1, max(-1, i - 1 - _CHAIN_LOOKBACK), -1):
-                if len(blocks[j]) < shared:
+                if whole[j] < shared:
                     continue
                 if long_enough is None:
                     long_enough = j
@@ -259,6 +266,7 @@ def _prefix_blocks(
             else:
                 donor = blocks[long_enough] if long_enough is not None else []
         head = donor[:shared]
+        whole.append(prompt // UNIT_TOKENS)
         hit.append(len(head))
         blocks.append(head + [next(fresh) for _ in range(n - len(head))])
         if r.prefix_group is not None:

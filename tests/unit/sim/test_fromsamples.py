@@ -113,6 +113,37 @@ def test_cached_blocks_join_a_prefix_that_was_itself_reused() -> None:
     assert before[3] == before[2][:2]
 
 
+def test_a_prompts_partial_last_block_is_never_shared() -> None:
+    # 1,000 tokens: one whole block and a partial one. Fully cached, the next 1,000-token prompt
+    # shares the whole block only; a 2,048-token prompt half cached needs two whole blocks,
+    # which this donor does not have.
+    rows = [*_request(1.0, 50.0, 1000, 2), *_request(2.0, 50.0, 1000, 2, score=1.0)]
+    rows += _request(3.0, 50.0, 4 * UNIT_TOKENS, 2, score=0.5)
+    donor, again, longer = build_workload(rows).trace.all_units()
+    assert again[0] == donor[0] and again[1] != donor[1]
+    assert not set(longer) & set(donor)
+
+
+def test_every_shared_block_has_one_size() -> None:
+    """A block id stands for the same tokens wherever it appears: whole in every prompt, or
+    the partial last block of one prompt only (the replayed pod's block accounting counts on
+    it)."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for i in range(300):
+        prompt = int(rng.integers(1, 6 * UNIT_TOKENS))
+        group = f"g{rng.integers(3)}" if rng.random() < 0.3 else None
+        rows += _request(1.0 + i, 50.0, prompt, 2, score=float(rng.random()), group=group)
+    trace = build_workload(rows).trace
+    sizes: dict[int, set[int]] = {}
+    for prompt, units in zip(trace.input_tokens.tolist(), trace.all_units(), strict=True):
+        for k, unit in enumerate(units):
+            sizes.setdefault(unit, set()).add(min(UNIT_TOKENS, prompt - k * UNIT_TOKENS))
+    assert all(len(s) == 1 for s in sizes.values())
+    partial = [u for u, s in sizes.items() if min(s) < UNIT_TOKENS]
+    assert partial  # the random prompts do end mid-block
+
+
 def test_no_ttft_sample_is_refused() -> None:
     with pytest.raises(ValueError, match="nothing to replay"):
         build_workload([SampleRow("tpot", 1.0, 20.0, 10, 0.0, "p0")])
