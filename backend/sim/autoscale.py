@@ -39,8 +39,7 @@ The scalers:
   on the pod count over replays.
 * ``Foresight``: not a scaler a cluster can run but a reference: it reads the trace's future
   and asks for pods in proportion to the prompt tokens arriving one start-up ahead. Swept over
-  its one knob it shows what scaling with the coming load known exactly buys at each cost, the
-  reach of any scaler that follows the load.
+  its one knob it shows what scaling with the coming load known exactly buys at each cost.
 """
 
 from __future__ import annotations
