@@ -157,6 +157,20 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+RATE_LIMITED: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": ErrorBody,
+        "description": "Over the client address's ingestion rate limit "
+        "(`HEADROOM_INGEST__CLIENT_BYTES_PER_S`); nothing of it was stored. Retry after "
+        "`Retry-After` seconds.",
+        "headers": {
+            "Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}
+        },
+    }
+}
+"""The ingestion routes' extra answer (``samples.router.ingest_request``)."""
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation_error)
     app.add_exception_handler(AppError, _on_app_error)

@@ -13,6 +13,7 @@ from backend.auth.deps import current_actor, editor, metrics_reader, scope
 from backend.auth.service import Actor
 from backend.db import unit_of_work
 from backend.deps import PoolPath, Runtime, RuntimeDep, SessionDep
+from backend.errors import RATE_LIMITED
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.service import openapi_body
 from backend.registry import service as registry
@@ -44,6 +45,7 @@ def _accepted(n: int) -> JSONResponse:
     status_code=status.HTTP_202_ACCEPTED,
     dependencies=[Depends(INGEST)],
     openapi_extra=openapi_body(UpstreamTrainingBulk),
+    responses=RATE_LIMITED,
 )
 async def add_training_data_bulk(request: Request, runtime: RuntimeDep) -> JSONResponse:
     """Upstream-compatible bulk ingestion into the `default` pool."""
@@ -56,6 +58,7 @@ async def add_training_data_bulk(request: Request, runtime: RuntimeDep) -> JSONR
     status_code=status.HTTP_202_ACCEPTED,
     dependencies=[Depends(INGEST)],
     openapi_extra=openapi_body(UpstreamTrainingBulk),
+    responses=RATE_LIMITED,
 )
 async def add_training_data_bulk_pool(
     pool: PoolPath, request: Request, runtime: RuntimeDep

@@ -8,7 +8,7 @@ from starlette.concurrency import run_in_threadpool
 from backend.auth.deps import ActorDep, EditorDep, scope
 from backend.db import unit_of_work
 from backend.deps import Runtime, RuntimeDep, SessionDep
-from backend.errors import validate_body
+from backend.errors import RATE_LIMITED, validate_body
 from backend.pools.models import DEFAULT_POOL
 from backend.prediction.service import openapi_body
 from backend.registry import service as registry
@@ -84,6 +84,7 @@ async def _ingest_here(
     response_model=IngestResult,
     dependencies=[Depends(scope("ingest"))],
     openapi_extra=openapi_body(SamplesBulk),
+    responses=RATE_LIMITED,
 )
 async def post_samples(
     request: Request, runtime: RuntimeDep, pool: str = PoolQuery

@@ -50,3 +50,12 @@ def test_another_address_and_predictions_are_not_limited(limited: TestClient) ->
     # (503 here only because no model is trained yet).
     body = {"requests": prediction_requests(ROWS)[:5]}
     assert limited.post("/predict/bulk/strict", json=body).status_code == 503
+
+
+def test_the_429_is_documented_on_every_ingestion_route(limited: TestClient) -> None:
+    # Clients generated from the schema (and its fuzzer) must expect it: found by schemathesis
+    # when its large bodies came fast enough to cross the default limit.
+    paths = limited.app.openapi()["paths"]  # type: ignore[attr-defined]
+    for path in ("/add_training_data_bulk", "/pools/{pool}/add_training_data_bulk", "/v1/samples"):
+        answer = paths[path]["post"]["responses"]["429"]
+        assert "Retry-After" in answer["headers"]
