@@ -73,6 +73,15 @@ class KvCache:
         one reference. If ``h`` is cached already (computed meanwhile by another request), take
         a reference on that one and free the duplicate instead. True if the blocks were adopted."""
         if h in self.size:
+            if self.size[h] != size:
+                # A unit id names one block's content, so one size. Two sizes was a replay that
+                # shared a prompt's partial last block as another's whole one: the pod's
+                # accounting then drifted and leaked references until a request "outgrew" the
+                # cache (docs/capacity.md, "How far any scaler can go on Mooncake").
+                raise ValueError(
+                    f"unit {h} is cached as {self.size[h]} blocks and computed again as {size}: "
+                    "a unit id must have one size"
+                )
             self.ref(h)
             self.free += size
             return False

@@ -39,6 +39,15 @@ def test_adopting_a_unit_already_cached_frees_the_duplicate() -> None:
     kv.check()
 
 
+def test_a_unit_computed_again_at_another_size_is_refused_loudly() -> None:
+    kv = KvCache(100)
+    kv.allocate(32)
+    kv.adopt(7, 32)
+    kv.allocate(20)
+    with pytest.raises(ValueError, match="unit 7 is cached as 32 blocks and computed again as 20"):
+        kv.adopt(7, 20)
+
+
 def test_allocation_beyond_capacity_fails() -> None:
     kv = KvCache(10)
     kv.allocate(10)
