@@ -10,6 +10,13 @@ bootstrap interval over the seeds, and the worst seed's drop and move of the fir
 median TTFT bias towards optimism. Guards written as "worse than the neutral change's worst"
 read the NULL rows: a worst single seed among many is the tail of the swing, not a harm by
 itself (docs/benchmarks.md, "A variant with a gate on the model's age").
+
+With NULL files, ``nulls_envelope`` gives per trace the widest the neutral changes' intervals
+reach (the lowest ``lo``, the highest ``hi`` of each mean difference), and ``after_beyond_nulls``
+whether AFTER's interval lies wholly below or wholly above that envelope. A bound on a mean
+set inside the envelope can fail a neutral change: the prefill cost curve's third test failed a
+-0.5 bound on Mooncake's SLO at -0.56 while a neutral change read -0.67 (docs/benchmarks.md,
+"A third test: the curve only where long prompts show it, not kept").
 """
 
 from __future__ import annotations
@@ -75,6 +82,35 @@ def compare(before: dict[Any, dict[str, Any]], other: dict[Any, dict[str, Any]])
     }
 
 
+MEAN_DIFFS = ("ttft_mape_diff", "slo_diff", "early_slo_diff")
+
+
+def nulls_envelope(nulls: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per mean difference, the lowest ``lo`` and the highest ``hi`` over the neutral changes:
+    how far a change that alters no information moved the mean, either way."""
+    return {
+        key: {"lo": min(n[key]["lo"] for n in nulls), "hi": max(n[key]["hi"] for n in nulls)}
+        for key in MEAN_DIFFS
+    }
+
+
+def beyond(after: dict[str, Any], envelope: dict[str, dict[str, float]]) -> dict[str, str]:
+    """Per mean difference, "below" or "above" where AFTER's whole interval lies outside the
+    nulls' envelope on that side, else "within": only outside it is a move a neutral change
+    did not make."""
+    out = {}
+    for key in MEAN_DIFFS:
+        lo, hi = after[key]["lo"], after[key]["hi"]
+        out[key] = (
+            "below"
+            if hi < envelope[key]["lo"]
+            else "above"
+            if lo > envelope[key]["hi"]
+            else "within"
+        )
+    return out
+
+
 def pooled_by_trace_and_seed(
     runs: dict[str, dict[int, dict[str, Any]]],
 ) -> dict[tuple[str, int], dict[str, Any]]:
@@ -92,6 +128,13 @@ def main(argv: list[str]) -> int:
         out[path] = {suite: compare(before[suite], other[suite]) for suite in before}
         pooled = compare(pooled_by_trace_and_seed(before), pooled_by_trace_and_seed(other))
         out[path]["pooled_ttft_mape_diff"] = pooled["ttft_mape_diff"]
+    if len(argv) > 2:
+        after, nulls = out[argv[1]], [out[path] for path in argv[2:]]
+        envelope = {suite: nulls_envelope([n[suite] for n in nulls]) for suite in before}
+        out["nulls_envelope"] = envelope
+        out["after_beyond_nulls"] = {
+            suite: beyond(after[suite], envelope[suite]) for suite in before
+        }
     print(json.dumps(out, indent=1))
     return 0
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.paired_seeds import compare, interval, per_seed
+from bench.paired_seeds import beyond, compare, interval, nulls_envelope, per_seed
 
 
 def _seed(seed: int, mape: float, slo: float, early_slo: float, bias: float) -> dict[str, Any]:
@@ -64,3 +64,26 @@ def test_per_seed_reads_headroom_rows_of_a_live_accuracy_file(tmp_path: Path) ->
     path = tmp_path / "run.json"
     path.write_text(json.dumps(data))
     assert per_seed(str(path)) == {"azure": {7: _seed(7, 1, 1, 1, 0)}}
+
+
+def _diffs(mape: tuple[float, float], slo: tuple[float, float]) -> dict[str, Any]:
+    return {
+        "ttft_mape_diff": {"mean": sum(mape) / 2, "lo": mape[0], "hi": mape[1]},
+        "slo_diff": {"mean": sum(slo) / 2, "lo": slo[0], "hi": slo[1]},
+        "early_slo_diff": {"mean": 0.0, "lo": -0.1, "hi": 0.1},
+    }
+
+
+def test_a_move_counts_only_outside_every_neutral_changes_reach() -> None:
+    nulls = [_diffs((-0.5, 0.2), (-0.67, 0.13)), _diffs((-0.4, 0.6), (-0.21, 0.58))]
+    envelope = nulls_envelope(nulls)
+    assert envelope["slo_diff"] == {"lo": -0.67, "hi": 0.58}
+    assert envelope["ttft_mape_diff"] == {"lo": -0.5, "hi": 0.6}
+    # The curve's third test: TTFT lower beyond any null, its SLO's dip within their reach.
+    after = _diffs((-1.07, -0.65), (-0.56, 0.16))
+    assert beyond(after, envelope) == {
+        "ttft_mape_diff": "below",
+        "slo_diff": "within",
+        "early_slo_diff": "within",
+    }
+    assert beyond(_diffs((0.7, 0.9), (0.6, 0.9)), envelope)["slo_diff"] == "above"
