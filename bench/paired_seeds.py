@@ -13,7 +13,9 @@ itself (docs/benchmarks.md, "A variant with a gate on the model's age").
 
 With NULL files, ``nulls_envelope`` gives per trace the widest the neutral changes' intervals
 reach (the lowest ``lo``, the highest ``hi`` of each mean difference), and ``after_beyond_nulls``
-whether AFTER's interval lies wholly below or wholly above that envelope. A bound on a mean
+whether AFTER's interval lies wholly below or wholly above that envelope. The NULLs must be
+neutral changes of BEFORE's own code: against another BEFORE their differences hold the change
+between the two, and the envelope means nothing. A bound on a mean
 set inside the envelope can fail a neutral change: the prefill cost curve's third test failed a
 -0.5 bound on Mooncake's SLO at -0.56 while a neutral change read -0.67 (docs/benchmarks.md,
 "A third test: the curve only where long prompts show it, not kept").
