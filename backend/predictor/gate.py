@@ -8,7 +8,8 @@ only judges. The rules, in the order they are applied (docs/design.md, "The prom
 2. No comparable active model: the candidate wins.
 3. Fewer than `min_test` held-out rows: the gate cannot judge, the newest model wins.
 4. Drift: the active model's live error (the `predicted_*_ms` the router used, on rows newer
-   than its training) is above `drift_factor` times its own held-out error: the candidate
+   than its training) is above `drift_factor` times its own held-out error, and above that
+   multiple of the router's live error on older rows when there are enough: the candidate
    replaces it regardless of the comparison.
 5. Otherwise both are scored on the same held-out rows (the caller passes the newest ones) and
    the candidate wins unless it is worse by more than `tolerance`.
@@ -152,16 +153,31 @@ def high_load_drift(bias: HighLoadBias | None, rules: GateRules) -> str | None:
 
 
 def drift(
-    live: LiveError | None, active_held_out_mape: float | None, rules: GateRules
+    live: LiveError | None,
+    active_held_out_mape: float | None,
+    rules: GateRules,
+    earlier: LiveError | None = None,
 ) -> str | None:
-    """Rule 4: the reason, when the active model's live error says the traffic has moved on."""
+    """Rule 4: the reason, when the active model's live error says the traffic has moved on.
+
+    `earlier` is the router's live error on older rows, routed by the models before the active
+    one. Routed traffic carries error that held-out rows do not (the winner's curse of routing
+    on predictions, later arrivals), so twice the held-out error alone fires without any change
+    and its cut of the window costs accuracy. With `min_test` earlier rows, drift must also
+    exceed `drift_factor` times that usual live error: a yardstick a replacement does not move
+    (the older rows keep the predictions they were routed with)."""
     if live is None or active_held_out_mape is None or live.n < rules.min_test:
         return None
     if live.mape <= rules.drift_factor * max(active_held_out_mape, 1e-9):
         return None
+    usual = ""
+    if earlier is not None and earlier.n >= rules.min_test:
+        if live.mape <= rules.drift_factor * earlier.mape:
+            return None
+        usual = f" and the earlier live {earlier.mape:.4f} on {earlier.n} rows"
     return (
         f"drift: live MAPE {live.mape:.4f} on {live.n} rows > {rules.drift_factor:g} x "
-        f"the active model's held-out {active_held_out_mape:.4f}"
+        f"the active model's held-out {active_held_out_mape:.4f}{usual}"
     )
 
 
@@ -366,8 +382,13 @@ def train_round(
             )
         if rows.predicted is not None:
             since = use & (rows.ids > active.max_id)
+            # Every older row, whatever regime: a cut of the window must not move the yardstick.
+            older = ~out & (rows.ids <= active.max_id)
             drifted = drift(
-                live_error(labels[since], rows.predicted[since]), active.held_out_mape, rules
+                live_error(labels[since], rows.predicted[since]),
+                active.held_out_mape,
+                rules,
+                live_error(labels[older], rows.predicted[older]),
             ) or high_load_drift(
                 high_load_bias(
                     np.asarray(rows.cols["num_request_waiting"], dtype=np.float64)[since]

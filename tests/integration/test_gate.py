@@ -88,14 +88,17 @@ def test_a_worse_candidate_is_stored_as_rejected_and_the_active_model_stays(
     assert "worse by more than 10%" in rejected["gate_reason"]
 
 
+@pytest.mark.parametrize("routed_before", [False, True], ids=["unrouted", "routed"])
 def test_after_a_change_of_pattern_the_active_model_follows_within_three_rounds(
-    client: TestClient, settings: Settings
+    client: TestClient, settings: Settings, routed_before: bool
 ) -> None:
     """Latency doubles (say a vLLM upgrade gone wrong): within three rounds the active model is
-    about as good on the new pattern as one trained on the new pattern alone."""
+    about as good on the new pattern as one trained on the new pattern alone. `routed_before`:
+    the samples before the change carry the router's predictions too, so drift is judged
+    against the router's earlier live error as well as the held-out error."""
     t = trainer(client, settings)
     for seed in range(3):
-        ingest(client, rows(3000, seed=seed))
+        ingest(client, rows(3000, seed=seed), predicted=routed_before and seed > 0)
         t.run_once()
         client.post("/reload")
     probe = rows(3000, seed=99, scale=2.0)
@@ -121,6 +124,7 @@ def test_after_a_change_of_pattern_the_active_model_follows_within_three_rounds(
         return float(np.mean(np.abs(predicted - labels) / labels))
 
     assert reasons[0].startswith("drift"), reasons
+    assert ("earlier live" in reasons[0]) == routed_before, reasons
     assert mape(served.model) <= 1.5 * mape(reference), (mape(served.model), mape(reference))
 
 

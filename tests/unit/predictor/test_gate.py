@@ -60,6 +60,17 @@ def test_drift_replaces_the_active_model_regardless() -> None:
     assert gate.drift(LiveError(n=5, mape=0.9), 0.05, GateRules()) is None  # too few rows
 
 
+def test_drift_must_also_exceed_the_routers_earlier_live_error() -> None:
+    live = LiveError(n=50, mape=0.3)
+    # Routed traffic's usual live error: 0.3 is not above 2 x 0.2, so no drift, whatever the
+    # held-out error says.
+    assert gate.drift(live, 0.05, GateRules(), LiveError(n=500, mape=0.2)) is None
+    reason = gate.drift(live, 0.05, GateRules(), LiveError(n=500, mape=0.1))
+    assert reason is not None and "earlier live 0.1000 on 500 rows" in reason
+    # Too few earlier rows to be a yardstick: the held-out rule alone, as before.
+    assert gate.drift(live, 0.05, GateRules(), LiveError(n=5, mape=0.2)) is not None
+
+
 def test_live_error_skips_rows_without_a_prediction() -> None:
     live = gate.live_error([100.0, 100.0, 100.0], [110.0, np.nan, 0.0])
     assert live is not None and live.n == 1 and live.mape == pytest.approx(0.1)
