@@ -8,9 +8,9 @@ only judges. The rules, in the order they are applied (docs/design.md, "The prom
 2. No comparable active model: the candidate wins.
 3. Fewer than `min_test` held-out rows: the gate cannot judge, the newest model wins.
 4. Drift: the active model's live error (the `predicted_*_ms` the router used, on rows newer
-   than its training) is above `drift_factor` times its own held-out error, and above that
-   multiple of the router's live error on older rows when there are enough: the candidate
-   replaces it regardless of the comparison.
+   than its training) is above `drift_factor` times its own held-out error, above that
+   multiple of the router's live error on older rows when there are enough, and above the
+   worst of their runs of as many rows: the candidate replaces it regardless of the comparison.
 5. Otherwise both are scored on the same held-out rows (the caller passes the newest ones) and
    the candidate wins unless it is worse by more than `tolerance`.
 
@@ -88,14 +88,31 @@ def score(labels: npt.ArrayLike, predicted: npt.ArrayLike, quantile: float | Non
     return metrics.quantile_loss
 
 
-def live_error(labels: npt.ArrayLike, predicted: npt.ArrayLike) -> LiveError | None:
-    """MAPE of the router's own predictions; rows without a prediction (NaN, <= 0) are skipped."""
+def _live_ape(labels: npt.ArrayLike, predicted: npt.ArrayLike) -> FloatArray:
+    """Absolute percentage errors of the router's own predictions, in the rows' order; rows
+    without a prediction or a label (NaN, <= 0) are skipped."""
     true = np.asarray(labels, dtype=np.float64).reshape(-1)
     pred = np.asarray(predicted, dtype=np.float64).reshape(-1)
     keep = np.isfinite(pred) & (pred > 0) & np.isfinite(true) & (true > 0)
-    if not keep.any():
+    return np.asarray(np.abs(pred[keep] - true[keep]) / true[keep], dtype=np.float64)
+
+
+def live_error(labels: npt.ArrayLike, predicted: npt.ArrayLike) -> LiveError | None:
+    """MAPE of the router's own predictions; rows without a prediction (NaN, <= 0) are skipped."""
+    ape = _live_ape(labels, predicted)
+    if not ape.size:
         return None
-    return LiveError(int(keep.sum()), float(np.mean(np.abs(pred[keep] - true[keep]) / true[keep])))
+    return LiveError(int(ape.size), float(np.mean(ape)))
+
+
+def worst_run(labels: npt.ArrayLike, predicted: npt.ArrayLike, size: int) -> float | None:
+    """The highest live MAPE of any run of `size` consecutive rows (rows in arrival order, cut
+    from the newest end; rows without a prediction skipped). None without one full run."""
+    ape = _live_ape(labels, predicted)
+    runs = ape.size // size if size > 0 else 0
+    if runs == 0:
+        return None
+    return float(ape[ape.size - runs * size :].reshape(runs, size).mean(axis=1).max())
 
 
 @dataclass(frozen=True)
@@ -157,6 +174,7 @@ def drift(
     active_held_out_mape: float | None,
     rules: GateRules,
     earlier: LiveError | None = None,
+    earlier_worst: float | None = None,
 ) -> str | None:
     """Rule 4: the reason, when the active model's live error says the traffic has moved on.
 
@@ -165,7 +183,9 @@ def drift(
     on predictions, later arrivals), so twice the held-out error alone fires without any change
     and its cut of the window costs accuracy. With `min_test` earlier rows, drift must also
     exceed `drift_factor` times that usual live error: a yardstick a replacement does not move
-    (the older rows keep the predictions they were routed with)."""
+    (the older rows keep the predictions they were routed with). `earlier_worst` is the highest
+    live error of any earlier run of `live.n` consecutive rows (`worst_run`): one round's few
+    rows in a burst double the usual error, and a burst as bad seen before was no change."""
     if live is None or active_held_out_mape is None or live.n < rules.min_test:
         return None
     if live.mape <= rules.drift_factor * max(active_held_out_mape, 1e-9):
@@ -175,6 +195,10 @@ def drift(
         if live.mape <= rules.drift_factor * earlier.mape:
             return None
         usual = f" and the earlier live {earlier.mape:.4f} on {earlier.n} rows"
+    if earlier_worst is not None:
+        if live.mape <= earlier_worst:
+            return None
+        usual += f", above the worst earlier run of {live.n} rows ({earlier_worst:.4f})"
     return (
         f"drift: live MAPE {live.mape:.4f} on {live.n} rows > {rules.drift_factor:g} x "
         f"the active model's held-out {active_held_out_mape:.4f}{usual}"
@@ -384,11 +408,14 @@ def train_round(
             since = use & (rows.ids > active.max_id)
             # Every older row, whatever regime: a cut of the window must not move the yardstick.
             older = ~out & (rows.ids <= active.max_id)
+            live = live_error(labels[since], rows.predicted[since])
+            by_age = np.flatnonzero(older)[np.argsort(rows.ids[older], kind="stable")]
             drifted = drift(
-                live_error(labels[since], rows.predicted[since]),
+                live,
                 active.held_out_mape,
                 rules,
                 live_error(labels[older], rows.predicted[older]),
+                worst_run(labels[by_age], rows.predicted[by_age], live.n) if live else None,
             ) or high_load_drift(
                 high_load_bias(
                     np.asarray(rows.cols["num_request_waiting"], dtype=np.float64)[since]

@@ -125,6 +125,7 @@ def test_after_a_change_of_pattern_the_active_model_follows_within_three_rounds(
 
     assert reasons[0].startswith("drift"), reasons
     assert ("earlier live" in reasons[0]) == routed_before, reasons
+    assert ("worst earlier run" in reasons[0]) == routed_before, reasons
     assert mape(served.model) <= 1.5 * mape(reference), (mape(served.model), mape(reference))
 
 

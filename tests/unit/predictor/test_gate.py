@@ -71,6 +71,28 @@ def test_drift_must_also_exceed_the_routers_earlier_live_error() -> None:
     assert gate.drift(live, 0.05, GateRules(), LiveError(n=5, mape=0.2)) is not None
 
 
+def test_drift_must_also_exceed_the_worst_earlier_run_of_as_many_rows() -> None:
+    live = LiveError(n=20, mape=0.3)
+    usual = LiveError(n=500, mape=0.1)
+    # A burst of 20 rows was as bad before, and no change followed: not drift.
+    assert gate.drift(live, 0.05, GateRules(), usual, earlier_worst=0.35) is None
+    reason = gate.drift(live, 0.05, GateRules(), usual, earlier_worst=0.25)
+    assert reason is not None and "worst earlier run of 20 rows (0.2500)" in reason
+
+
+def test_the_worst_run_is_the_highest_mape_of_consecutive_rows_from_the_newest_end() -> None:
+    labels = np.full(7, 100.0)
+    # Errors, oldest first: 0.5, 0.1, 0.1, 0.3, 0.3, 0.2, 0.0.
+    predicted = np.array([150.0, 110.0, 90.0, 130.0, 70.0, 120.0, 100.0])
+    # From the newest end in runs of 2: (0.2, 0.0), (0.3, 0.3), (0.1, 0.1); the oldest row is
+    # left over.
+    assert gate.worst_run(labels, predicted, 2) == pytest.approx(0.3)
+    assert gate.worst_run(labels, predicted, 8) is None
+    # A row without a prediction is skipped, not counted as a row of the run.
+    with_gap = np.array([150.0, 110.0, np.nan, 90.0, 130.0, 70.0, 120.0])
+    assert gate.worst_run(labels, with_gap, 3) == pytest.approx((0.3 + 0.3 + 0.2) / 3)
+
+
 def test_live_error_skips_rows_without_a_prediction() -> None:
     live = gate.live_error([100.0, 100.0, 100.0], [110.0, np.nan, 0.0])
     assert live is not None and live.n == 1 and live.mape == pytest.approx(0.1)
