@@ -78,7 +78,8 @@ class TrainingSettings(BaseModel):
         gt=1,
         description="Drift: when the active model's live error (from the predicted_*_ms the "
         "router sends back, on rows newer than its training) exceeds this multiple of its "
-        "held-out error, the next candidate replaces it regardless of the comparison.",
+        "held-out error and of the router's live error on older rows, and the worst earlier "
+        "run of as many rows, the next candidate replaces it regardless of the comparison.",
     )
     gate_high_load_bias_limit: float | None = Field(
         None,
