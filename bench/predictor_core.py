@@ -74,8 +74,8 @@ def fit(target: Target, rows: Rows, kind: Kind) -> LatencyModel:
 
 def predict_both(ttft: LatencyModel, tpot: LatencyModel, rows: Rows) -> None:
     """What the API does per call: both feature matrices, both predictions."""
-    ttft.predict(feature_matrix("ttft", rows))
-    tpot.predict(feature_matrix("tpot", rows))
+    ttft.predict(feature_matrix("ttft", rows, ttft.kind))
+    tpot.predict(feature_matrix("tpot", rows, tpot.kind))
 
 
 def hot_path(rng: np.random.Generator, profile: Any, calls: int) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def hot_path(rng: np.random.Generator, profile: Any, calls: int) -> dict[str, An
     out: dict[str, Any] = {}
     for kind in KINDS:
         ttft, tpot = fit("ttft", train, kind), fit("tpot", train, kind)
-        x_ttft, x_tpot = feature_matrix("ttft", batch), feature_matrix("tpot", batch)
+        x_ttft, x_tpot = feature_matrix("ttft", batch, kind), feature_matrix("tpot", batch, kind)
         both = partial(predict_both, ttft, tpot, batch)
         both_us = per_call_us(both, calls)
         big_us = per_call_us(partial(predict_both, ttft, tpot, big), max(calls // 100, 5))
@@ -130,11 +130,13 @@ def accuracy(rng: np.random.Generator, profile: Any, n_train: int) -> dict[str, 
         for target in TARGETS:
             truth = f"{target}_true_ms"
             model = fit(target, train, kind)
-            in_range = evaluate(test[truth], model.predict(feature_matrix(target, test)))
+            in_range = evaluate(test[truth], model.predict(feature_matrix(target, test, kind)))
             model = fit(target, short, kind)
             bias = {
                 name: round(
-                    evaluate(rows[truth], model.predict(feature_matrix(target, rows))).median_bias,
+                    evaluate(
+                        rows[truth], model.predict(feature_matrix(target, rows, kind))
+                    ).median_bias,
                     4,
                 )
                 for name, rows in ranges.items()

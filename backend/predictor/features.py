@@ -12,10 +12,13 @@ are the columns along which predictions must keep growing outside the training r
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from backend.predictor.regressors import Kind
 
 Target = Literal["ttft", "tpot"]
 Columns = Mapping[str, npt.NDArray[Any]]
@@ -116,6 +119,41 @@ TTFT_FEATURES: Final = (
     "prefill_busy_ms",
     "prefill_left",
 )
+UPSTREAM_TTFT_FEATURES: Final = (
+    "is_queued",
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+    "encoder_matched_size",
+    "encoder_input_size",
+    "prefix_cache_score",
+    "effective_input_tokens",
+    "prefill_score_bucket",
+    "pod_type",
+)
+"""The plain XGBoost kind's TTFT columns: upstream's training server's (v0.9.0, with
+tokens-in-flight and encoder features on), in the order it trains on. The kind stands for
+upstream's model, so it gets upstream's columns and none of ours: our derived columns would
+lend it physics upstream does not have, and every column we add would move it (its trees sample
+80 % of the columns). ``prefill_score_bucket`` and ``pod_type`` are categorical upstream; here
+they are their small integer codes, which depth-6 trees split as finely."""
+
+UPSTREAM_TPOT_FEATURES: Final = (
+    "is_queued",
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+    "num_tokens_generated",
+    "pod_type",
+)
+"""Upstream's TPOT columns, in its order (see ``UPSTREAM_TTFT_FEATURES``)."""
+
 TTFT_BASE_FEATURES: Final = (
     "uncached_tokens",
     "prefill_compute_tokens",
@@ -316,7 +354,36 @@ def tpot_features(cols: Columns) -> FeatureMatrix:
     return _matrix(n, TPOT_FEATURES, values)
 
 
-def feature_names(target: Target) -> tuple[str, ...]:
+def upstream_features(target: Target, cols: Columns) -> FeatureMatrix:
+    """``(n, len(UPSTREAM_*_FEATURES))`` float32 matrix: upstream's columns for ``target``."""
+    n = _rows(cols)
+    prompt = _get(cols, "input_token_length")
+    prefix = np.clip(_get(cols, "prefix_cache_score"), 0.0, 1.0)
+    waiting = _get(cols, "num_request_waiting")
+    values = {
+        "is_queued": np.asarray(waiting, dtype=np.float64) > 0,
+        "kv_cache_percentage": _get(cols, "kv_cache_percentage"),
+        "input_token_length": prompt,
+        "num_request_waiting": waiting,
+        "num_request_running": _get(cols, "num_request_running"),
+        "prefill_tokens_in_flight": _get(cols, "prefill_tokens_in_flight"),
+        "decode_tokens_in_flight": _get(cols, "decode_tokens_in_flight"),
+        "encoder_matched_size": _get(cols, "encoder_matched_size"),
+        "encoder_input_size": _get(cols, "encoder_input_size"),
+        "prefix_cache_score": prefix,
+        "effective_input_tokens": (1.0 - prefix) * prompt,
+        # Upstream: floor(prefix x 4), clipped to the buckets 0-3.
+        "prefill_score_bucket": np.minimum(np.floor(prefix * 4.0), 3.0),
+        "pod_type": _get(cols, "pod_type"),
+        "num_tokens_generated": _get(cols, "num_tokens_generated"),
+    }
+    names = UPSTREAM_TTFT_FEATURES if target == "ttft" else UPSTREAM_TPOT_FEATURES
+    return _matrix(n, names, values)
+
+
+def feature_names(target: Target, kind: Kind = "hybrid") -> tuple[str, ...]:
+    if kind == "xgboost":
+        return UPSTREAM_TTFT_FEATURES if target == "ttft" else UPSTREAM_TPOT_FEATURES
     return TTFT_FEATURES if target == "ttft" else TPOT_FEATURES
 
 
@@ -324,7 +391,9 @@ def base_feature_names(target: Target) -> tuple[str, ...]:
     return TTFT_BASE_FEATURES if target == "ttft" else TPOT_BASE_FEATURES
 
 
-def feature_matrix(target: Target, cols: Columns) -> FeatureMatrix:
+def feature_matrix(target: Target, cols: Columns, kind: Kind = "hybrid") -> FeatureMatrix:
+    if kind == "xgboost":
+        return upstream_features(target, cols)
     return ttft_features(cols) if target == "ttft" else tpot_features(cols)
 
 

@@ -69,7 +69,7 @@ def train_target(
         )
     # Measured on the training rows only, so the held-out score sees what serving will.
     rates = measure_prefill_rates(cols, labels, ~held_out) if target == "ttft" else {}
-    X = feature_matrix(target, model_columns(cols, classes, rates))
+    X = feature_matrix(target, model_columns(cols, classes, rates), kind)
     with np.errstate(invalid="ignore"):
         usable = np.isfinite(labels) & (labels > 0) & np.isfinite(X).all(axis=1)
     train, test = usable & ~held_out, usable & held_out
@@ -77,7 +77,7 @@ def train_target(
         raise ValueError(f"no usable {target} training rows (labels must be finite and > 0)")
     model = make_model(
         kind,
-        feature_names(target),
+        feature_names(target, kind),
         base_features=base_feature_names(target),
         objective=objective,
         quantile=quantile,
@@ -126,7 +126,7 @@ def model_columns(
 def predict_columns(model: LatencyModel, target: Target, cols: Columns) -> npt.NDArray[Any]:
     """Predict wire columns with a fitted model: pod classes by the model's own vocabulary."""
     columns = model_columns(cols, model.classes, model.prefill_rates)
-    return model.predict(feature_matrix(target, columns))
+    return model.predict(feature_matrix(target, columns, model.kind))
 
 
 def serve_columns(model: LatencyModel, target: Target, cols: Columns) -> npt.NDArray[np.float64]:

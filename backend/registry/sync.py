@@ -36,7 +36,7 @@ class StoreSync:
                 served = current.get(key)
                 if served is None or served.version_id != ref.version_id:
                     model = load_model(service.load_artifact(session, ref.version_id))
-                    if model.feature_names != feature_names(ref.target.label):
+                    if model.feature_names != feature_names(ref.target.label, model.kind):
                         # Trained before a feature change: unusable until the next retrain,
                         # which the gate lets through because it cannot compare the two.
                         log.error("version %s has an outdated feature set", ref.version_id)

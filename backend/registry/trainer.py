@@ -125,7 +125,9 @@ class Trainer:
                     served_by = service.served_calibrations(session, pool_id, target, since)
         # A model of another kind, objective or feature set cannot be scored like for like:
         # the gate then treats the target as having no comparable model.
-        if active_model is not None and active_model.feature_names != feature_names(target.label):
+        if active_model is not None and active_model.feature_names != feature_names(
+            target.label, t.model_kind
+        ):
             active_model = None
         usable = int((window.labels > 0).sum())
         if usable < self.min_samples(key):

@@ -14,6 +14,8 @@ from backend.predictor.features import (
     TPOT_FEATURES,
     TTFT_BASE_FEATURES,
     TTFT_FEATURES,
+    UPSTREAM_TPOT_FEATURES,
+    UPSTREAM_TTFT_FEATURES,
     feature_matrix,
     feature_names,
     is_known_role,
@@ -176,6 +178,24 @@ def test_base_features_are_model_features() -> None:
     assert set(TPOT_BASE_FEATURES) <= set(TPOT_FEATURES)
     assert feature_names("ttft") == TTFT_FEATURES
     assert feature_matrix("tpot", _cols()).shape[1] == len(TPOT_FEATURES)
+
+
+def test_the_plain_xgboost_kind_gets_upstreams_columns_and_none_of_ours() -> None:
+    assert feature_names("ttft", "xgboost") == UPSTREAM_TTFT_FEATURES
+    assert feature_names("tpot", "xgboost") == UPSTREAM_TPOT_FEATURES
+    cols = _cols(prefix_cache_score=[0.25, 0.99], encoder_input_size=[40, 0])
+    X = feature_matrix("ttft", cols, "xgboost")
+    assert X.shape == (2, len(UPSTREAM_TTFT_FEATURES))
+    names = UPSTREAM_TTFT_FEATURES
+    assert _column(X, names, "is_queued").tolist() == [1.0, 0.0]
+    # (1 - prefix) x prompt, and floor(prefix x 4) kept within upstream's four buckets.
+    np.testing.assert_allclose(_column(X, names, "effective_input_tokens"), [750.0, 2.0], rtol=1e-5)
+    assert _column(X, names, "prefill_score_bucket").tolist() == [1.0, 3.0]
+    assert _column(X, names, "encoder_input_size").tolist() == [40.0, 0.0]
+    assert feature_matrix("tpot", cols, "xgboost")[:, -2].tolist() == [5.0, 50.0]
+    # What only our router sends, or our trainer derives, does not reach upstream's model.
+    ours = {**cols, "ms_since_last_token": np.array([12.5, 3.0]), PREFILL_RATE_COLUMN: np.ones(2)}
+    np.testing.assert_array_equal(feature_matrix("ttft", ours, "xgboost"), X)
 
 
 def test_pod_type_codes_cover_every_llm_d_role() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.predictor.features import TPOT_FEATURES, TTFT_FEATURES
+from backend.predictor.features import TTFT_FEATURES, UPSTREAM_TPOT_FEATURES
 from backend.predictor.regressors import HybridModel, XGBoostModel
 from backend.predictor.training import TrainParams, train_target
 from tests.unit.predictor.synthetic import sample
@@ -35,7 +35,8 @@ def test_no_test_rows_means_no_metrics() -> None:
     )
     assert result.metrics is None and result.n_test == 0
     assert isinstance(result.model, XGBoostModel)
-    assert result.model.feature_names == TPOT_FEATURES
+    # Upstream's model on upstream's columns.
+    assert result.model.feature_names == UPSTREAM_TPOT_FEATURES
 
 
 def test_quantile_objective_reports_coverage() -> None:
