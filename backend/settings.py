@@ -88,6 +88,14 @@ class TrainingSettings(BaseModel):
         "rows (top decile by requests running + waiting) is beyond this fraction either way; "
         "unset: off. Near saturation the predictor errs optimistic first.",
     )
+    gate_drift_cut_rows: int = Field(
+        100,
+        ge=0,
+        description="A drift cuts the window (the candidate trains only on rows newer than the "
+        "active model's training) only when there are at least this many of them; with fewer "
+        "it still replaces the active model, by a candidate of the whole window. The bar "
+        "min_samples_loaded sets against swapping in a model of a few samples.",
+    )
     outlier_factor: float = Field(
         3.0,
         gt=1,

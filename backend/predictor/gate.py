@@ -52,6 +52,11 @@ class GateRules:
     """Drift also when the live median bias in the top load decile (`high_load_bias`) exceeds
     this in absolute value (a fraction; None: off). Near saturation the predictor is optimistic
     first, where admission and saturation detection need it most."""
+    drift_cut_rows: int = 100
+    """A drift trains the candidate on the rows since the active model's training only when
+    there are at least this many: a model of a few rows is no model (a load step in the
+    autoscaling loop drifted twice in a minute and routed on a model of 15 rows). With fewer,
+    the drift still replaces the active model, by a candidate of the whole window."""
 
     @classmethod
     def from_settings(cls, t: TrainingSettings) -> GateRules:
@@ -62,6 +67,7 @@ class GateRules:
             quantile,
             t.gate_drift_factor,
             t.gate_high_load_bias_limit,
+            t.gate_drift_cut_rows,
         )
 
 
@@ -426,7 +432,9 @@ def train_round(
                 ),
                 rules,
             )
-            if drifted is not None and int(since.sum()) >= rules.min_test:
+            if drifted is not None and int(since.sum()) >= max(
+                rules.min_test, rules.drift_cut_rows
+            ):
                 # The rows before the active model's training no longer describe the pods.
                 from_id = active.max_id
                 use &= rows.ids > from_id

@@ -7,6 +7,8 @@ import pytest
 
 from backend.predictor import gate
 from backend.predictor.gate import GateRules, LiveError, Shift, ShiftRules
+from backend.predictor.training import TrainParams, train_target
+from tests.unit.predictor.synthetic import sample
 
 LABELS = np.full(20, 100.0)
 GOOD = np.full(20, 102.0)  # 2 % MAPE
@@ -154,3 +156,43 @@ def test_an_optimistic_top_decile_is_drift_only_when_the_rule_is_on() -> None:
     reason = gate.high_load_drift(bias, GateRules(high_load_bias_limit=0.1))
     assert reason is not None and reason.startswith("drift: live median bias -0.2000")
     assert gate.high_load_drift(bias, GateRules(high_load_bias_limit=0.25)) is None
+
+
+@pytest.mark.parametrize(("newer", "cut"), [(40, False), (120, True)])
+def test_a_drift_cuts_the_window_only_with_enough_newer_rows(newer: int, cut: bool) -> None:
+    old = 400
+    batch = sample(old + newer, np.random.default_rng(7))
+    labels = batch.ttft
+    params = TrainParams(n_estimators=10)
+    first = train_target(
+        "ttft",
+        {k: v[:old] for k, v in batch.cols.items()},
+        labels[:old],
+        np.zeros(old, dtype=bool),
+        params=params,
+    )
+    ids = np.arange(1, old + newer + 1, dtype=np.int64)
+    # The router erred 2 % on the rows the active model trained on and 50 % since: drift.
+    predicted = np.where(ids <= old, labels * 1.02, labels * 0.5)
+    rows = gate.WindowRows(batch.cols, labels, ids % 10 == 0, ids, predicted)
+    active = gate.Active(first.model, max_id=old, held_out_mape=0.02)
+    rules = GateRules(drift_cut_rows=100)
+    round_ = gate.train_round(
+        "ttft",
+        rows,
+        active,
+        old,
+        Shift(None),
+        0.0,
+        rules,
+        ShiftRules(),
+        kind="hybrid",
+        objective="mean",
+        quantile=0.9,
+        params=params,
+    )
+    assert round_.decision.activate and round_.decision.reason.startswith("drift: live MAPE")
+    # A candidate of the rows since (the cut) only when there are 100 of them; else the window.
+    assert round_.from_id == (old if cut else 0)
+    trained = (ids % 10 != 0) & (ids > old if cut else True)
+    assert round_.result.n_train == int(trained.sum())
