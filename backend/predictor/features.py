@@ -98,6 +98,16 @@ PREFILL_RATE_COLUMN: Final = "prefill_rate"
 its own training window (``measure_prefill_rates``) and puts in per row by the pod's class
 (``backend/predictor/training.py``), as it does ``pod_class_code``. 0 where unknown."""
 
+WIRE_LOADS: Final = (
+    "kv_cache_percentage",
+    "input_token_length",
+    "num_request_waiting",
+    "num_request_running",
+    "prefill_tokens_in_flight",
+    "decode_tokens_in_flight",
+)
+"""The wire's prompt and load fields, in the order upstream's models and our TPOT model read."""
+
 TTFT_FEATURES: Final = (
     "kv_cache_percentage",
     "input_token_length",
@@ -121,12 +131,7 @@ TTFT_FEATURES: Final = (
 )
 UPSTREAM_TTFT_FEATURES: Final = (
     "is_queued",
-    "kv_cache_percentage",
-    "input_token_length",
-    "num_request_waiting",
-    "num_request_running",
-    "prefill_tokens_in_flight",
-    "decode_tokens_in_flight",
+    *WIRE_LOADS,
     "encoder_matched_size",
     "encoder_input_size",
     "prefix_cache_score",
@@ -141,17 +146,7 @@ lend it physics upstream does not have, and every column we add would move it (i
 80 % of the columns). ``prefill_score_bucket`` and ``pod_type`` are categorical upstream; here
 they are their small integer codes, which depth-6 trees split as finely."""
 
-UPSTREAM_TPOT_FEATURES: Final = (
-    "is_queued",
-    "kv_cache_percentage",
-    "input_token_length",
-    "num_request_waiting",
-    "num_request_running",
-    "prefill_tokens_in_flight",
-    "decode_tokens_in_flight",
-    "num_tokens_generated",
-    "pod_type",
-)
+UPSTREAM_TPOT_FEATURES: Final = ("is_queued", *WIRE_LOADS, "num_tokens_generated", "pod_type")
 """Upstream's TPOT columns, in its order (see ``UPSTREAM_TTFT_FEATURES``)."""
 
 TTFT_BASE_FEATURES: Final = (
@@ -168,12 +163,7 @@ TTFT_BASE_FEATURES: Final = (
 )
 
 TPOT_FEATURES: Final = (
-    "kv_cache_percentage",
-    "input_token_length",
-    "num_request_waiting",
-    "num_request_running",
-    "prefill_tokens_in_flight",
-    "decode_tokens_in_flight",
+    *WIRE_LOADS,
     "num_tokens_generated",
     "pod_type",
     "pod_class_code",
