@@ -367,8 +367,7 @@ def upstream_features(target: Target, cols: Columns) -> FeatureMatrix:
         "pod_type": _get(cols, "pod_type"),
         "num_tokens_generated": _get(cols, "num_tokens_generated"),
     }
-    names = UPSTREAM_TTFT_FEATURES if target == "ttft" else UPSTREAM_TPOT_FEATURES
-    return _matrix(n, names, values)
+    return _matrix(n, feature_names(target, "xgboost"), values)
 
 
 def feature_names(target: Target, kind: Kind = "hybrid") -> tuple[str, ...]:

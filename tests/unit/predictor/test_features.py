@@ -192,7 +192,8 @@ def test_the_plain_xgboost_kind_gets_upstreams_columns_and_none_of_ours() -> Non
     np.testing.assert_allclose(_column(X, names, "effective_input_tokens"), [750.0, 2.0], rtol=1e-5)
     assert _column(X, names, "prefill_score_bucket").tolist() == [1.0, 3.0]
     assert _column(X, names, "encoder_input_size").tolist() == [40.0, 0.0]
-    assert feature_matrix("tpot", cols, "xgboost")[:, -2].tolist() == [5.0, 50.0]
+    tpot = feature_matrix("tpot", cols, "xgboost")
+    assert _column(tpot, UPSTREAM_TPOT_FEATURES, "num_tokens_generated").tolist() == [5.0, 50.0]
     # What only our router sends, or our trainer derives, does not reach upstream's model.
     ours = {**cols, "ms_since_last_token": np.array([12.5, 3.0]), PREFILL_RATE_COLUMN: np.ones(2)}
     np.testing.assert_array_equal(feature_matrix("ttft", ours, "xgboost"), X)
