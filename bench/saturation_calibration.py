@@ -4,6 +4,7 @@
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
         [--saturation-load azure=1.324] [--offset 0] [--arrival-window 120]
         [--present-weight 0.6] [--no-served] [--probe-every 5] [--max-probes 600]
+        [--also-every 2,1]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -28,7 +29,8 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    ``--probe-every`` seconds (the service's ``interval_s``, 5 s; at most ``--max-probes`` a
    run), each against the requests arriving until the next: each request against the level in
    force when it arrived, as a gateway reading the latest level meets it. Reported per run and
-   per load under ``refresh``; the figures above are the coarse grid's.
+   per load under ``refresh``; the figures above are the coarse grid's. ``--also-every 2,1``
+   measures other refresh intervals the same way from the same simulation (``refresh_also``).
 
 Reduced scale on a shared 2-core machine: ``--requests`` per run and ``--pods`` pods.
 ``--offset`` starts the slice later in the trace (a tuning slice disjoint from the first
@@ -130,15 +132,23 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     # the coarse figures are those of runs made before the refresh grid existed.
     coarse_every = max(SLICE_S, (span - WARMUP_S) / MAX_PROBES)
     refresh_every = max(args.probe_every, (span - WARMUP_S) / args.max_probes)
+    # Other refresh intervals measured on the same simulation (--also-every): each its own grid
+    # of instants, each request against the level of that grid in force when it arrived.
+    also = {
+        f"{every:g}": max(every, (span - WARMUP_S) / args.max_probes)
+        for every in (float(e) for e in args.also_every.split(",") if e)
+    }
+    spacing = {"coarse": coarse_every, "refresh": refresh_every}
+    spacing |= {f"refresh_{name}": every for name, every in also.items()}
     grids: dict[str, list[float]] = {}
-    for name, every in (("coarse", coarse_every), ("refresh", refresh_every)):
+    for name, every in spacing.items():
         t, grid = 0.0, []
         while t <= span + every:
             grid.append(t)  # the warm-up's steps only run the simulation: no level there
             t += SLICE_S if t < WARMUP_S else every
         grids[name] = grid
     levels: dict[float, tuple[float, float, float]] = {}
-    for t in sorted({*grids["coarse"], *grids["refresh"]}):
+    for t in sorted(set().union(*grids.values())):
         if not sim.run_until(t):
             break
         sim.view.now = t
@@ -160,6 +170,12 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         refresh["every_s"] = round(refresh_every, 3)
         if args.refresh_detail:  # where within a run a gap comes from, per 5 s instant
             refresh["probes_detail"] = refresh_detail
+    refresh_also = {}
+    for name, every in also.items():
+        other = _measured(grids[f"refresh_{name}"], every, levels, result.arrival, ok)
+        if other is not None:
+            other.pop("detail")
+            refresh_also[name] = {**other, "every_s": round(every, 3)}
     return {
         "load": load,
         "seed": seed,
@@ -169,6 +185,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         # studies of other ways to combine the two levels (bench/saturation_mix.py).
         "probes_detail": detail,
         "refresh": refresh,
+        **({"refresh_also": refresh_also} if refresh_also else {}),
     }
 
 
@@ -251,6 +268,13 @@ def main() -> None:
         "arriving until the next (the service's HEADROOM_CAPACITY__INTERVAL_S; its default)",
     )
     parser.add_argument(
+        "--also-every",
+        default="",
+        help="S,...: the refresh measure at these intervals too, from the same simulation "
+        "(per run and per load under refresh_also; a level every S seconds, each request "
+        "against the one in force when it arrived), to weigh another interval_s",
+    )
+    parser.add_argument(
         "--max-probes",
         type=int,
         default=600,
@@ -314,6 +338,18 @@ def main() -> None:
                         [100 * (r["predicted_present"] - r["measured"]) for r in fresh]
                     ),
                 }
+            for name in args.also_every.split(","):
+                name = f"{float(name):g}" if name else ""
+                other = [r["refresh_also"][name] for r in runs if name in r.get("refresh_also", {})]
+                if other:
+                    row.setdefault("refresh_also", {})[name] = {
+                        "every_s": mean_min_max([r["every_s"] for r in other]),
+                        "predicted_meeting": mean_min_max([r["predicted"] for r in other]),
+                        "measured_meeting": mean_min_max([r["measured"] for r in other]),
+                        "gap_points": mean_min_max(
+                            [100 * (r["predicted"] - r["measured"]) for r in other]
+                        ),
+                    }
             rows.append(row)
             print(f"{suite_name} x{rel}: {json.dumps(row)}", file=sys.stderr, flush=True)
         out[suite_name] = {
