@@ -4,7 +4,7 @@
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
         [--saturation-load azure=1.324] [--offset 0] [--arrival-window 120]
         [--present-weight 0.6] [--no-served] [--probe-every 5] [--max-probes 600]
-        [--also-every 2,1]
+        [--also-every 2,1] [--future 15]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -122,6 +122,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         arrival_window_s=args.arrival_window,
         present_weight=args.present_weight,
         served=not args.no_served,
+        future_s=args.future,
     )
     pods = list(range(len(sim.servers)))
     span = float(sim.trace.arrival_s[-1])
@@ -266,6 +267,14 @@ def main() -> None:
         default=CapacitySettings().interval_s,
         help="the refresh grid: the level every this many seconds, each against the requests "
         "arriving until the next (the service's HEADROOM_CAPACITY__INTERVAL_S; its default)",
+    )
+    parser.add_argument(
+        "--future",
+        type=float,
+        default=0.0,
+        help="S > 0: a reference, not the service's level: the replay is of the trace's next S "
+        "seconds of arrivals instead of the past's (what forecasting the traffic could buy; "
+        "backend.sim.autoscale.Probe future_s)",
     )
     parser.add_argument(
         "--also-every",

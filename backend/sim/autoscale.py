@@ -576,6 +576,7 @@ class Probe:
         arrival_window_s: float = ARRIVAL_WINDOW_S,
         present_weight: float = 0.0,
         served: bool = True,
+        future_s: float = 0.0,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_size, self.representatives = profile_size, representatives
@@ -593,6 +594,9 @@ class Probe:
         # The replay's tables scaled to the recent requests' measured latency (the service's
         # default); False: the models' tables as they are, for A/B.
         self.served = served
+        # A reference, not a level the service can compute (``arrivals_at``): above 0, the
+        # replay is of the trace's next ``future_s`` seconds of arrivals, not the past's.
+        self.future_s = future_s
 
     def _by(self, moments: FloatArray, now: float) -> npt.NDArray[np.intp]:
         """The requests whose sample the service holds at ``now`` (``moments``: when each is
@@ -620,6 +624,8 @@ class Probe:
         service keeps from the TTFT and TPOT samples."""
         if not self.next_interval:
             return None
+        if self.future_s > 0.0:
+            return self._unseen(now)
         trace, span = self.sim.trace, self.arrival_window_s
         start = now - span
         seen = self._seen(now)
@@ -633,6 +639,17 @@ class Probe:
             times = tuple(((np.arange(inside.size) + 0.5) * span / inside.size).tolist())
         served = self.served_at(now) if self.served else None
         return Arrivals(times, span, output, served=served)
+
+    def _unseen(self, now: float) -> Arrivals:
+        """The traffic the pods will meet over the next ``future_s`` seconds (the trace's
+        arrivals at their own times; the requests already sent are in the pods' gauges), with
+        the latency and output length the service holds. Replaying the past stands in for
+        exactly this; the two levels' difference is what forecasting the traffic could buy."""
+        trace = self.sim.trace
+        lo, hi = np.searchsorted(trace.arrival_s, [now, now + self.future_s], side="right")
+        times = tuple((trace.arrival_s[lo:hi] - now).tolist())
+        served = self.served_at(now) if self.served else None
+        return Arrivals(times, self.future_s, self._output_tokens(now), served=served)
 
     def served_at(self, now: float) -> Served:
         """What the service keeps from the samples posted over the last ``arrival_window_s``:
