@@ -351,6 +351,21 @@ def test_after_a_quiet_minute_the_probe_keeps_its_profile_as_the_service_does() 
     assert level is not None and level.next_level is None and level.level == level.present_level
 
 
+def test_the_future_reference_replays_the_coming_arrivals_not_the_past() -> None:
+    """``future_s`` (a bench reference): the replay is of the trace's arrivals over the next
+    ``future_s`` seconds, from now, whatever the service has heard of; the requests already
+    sent are in the pods' gauges, not replayed again."""
+    probe = _probed(10.0)
+    probe.future_s = 5.0
+    arrival = probe.sim.trace.arrival_s
+    coming = arrival[(arrival > 10.0) & (arrival <= 15.0)]
+    assert coming.size > 0 and (arrival <= 10.0).any()
+    arrivals = probe.arrivals_at(10.0)
+    assert arrivals is not None and arrivals.window_s == 5.0
+    assert arrivals.times_s == pytest.approx((coming - 10.0).tolist())
+    assert arrivals.served is not None  # the latency the service holds, as its own replay's
+
+
 def test_the_probes_profile_and_window_are_the_services() -> None:
     settings = CapacitySettings()
     assert (settings.profile_size, settings.arrival_window_s) == (PROFILE_SIZE, ARRIVAL_WINDOW_S)
