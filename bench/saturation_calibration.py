@@ -347,18 +347,16 @@ def main() -> None:
                         [100 * (r["predicted_present"] - r["measured"]) for r in fresh]
                     ),
                 }
-            for name in args.also_every.split(","):
-                name = f"{float(name):g}" if name else ""
+            for name in sorted({k for r in runs for k in r.get("refresh_also", {})}, key=float):
                 other = [r["refresh_also"][name] for r in runs if name in r.get("refresh_also", {})]
-                if other:
-                    row.setdefault("refresh_also", {})[name] = {
-                        "every_s": mean_min_max([r["every_s"] for r in other]),
-                        "predicted_meeting": mean_min_max([r["predicted"] for r in other]),
-                        "measured_meeting": mean_min_max([r["measured"] for r in other]),
-                        "gap_points": mean_min_max(
-                            [100 * (r["predicted"] - r["measured"]) for r in other]
-                        ),
-                    }
+                row.setdefault("refresh_also", {})[name] = {
+                    "every_s": mean_min_max([r["every_s"] for r in other]),
+                    "predicted_meeting": mean_min_max([r["predicted"] for r in other]),
+                    "measured_meeting": mean_min_max([r["measured"] for r in other]),
+                    "gap_points": mean_min_max(
+                        [100 * (r["predicted"] - r["measured"]) for r in other]
+                    ),
+                }
             rows.append(row)
             print(f"{suite_name} x{rel}: {json.dumps(row)}", file=sys.stderr, flush=True)
         out[suite_name] = {
