@@ -291,7 +291,9 @@ class CapacitySettings(BaseModel):
         gt=0,
         description="How often each API process recomputes every pool's saturation (a tick "
         "reads the new samples and predicts; at 1 s it cost the prediction path about 1.8 ms "
-        "of p50 under 20,000 samples/s, docs/capacity.md).",
+        "of p50 under 20,000 samples/s, docs/capacity.md). 2 s and 1 s were weighed on the "
+        "calibration's tuning slices and read no closer than 5 s (docs/capacity.md, \"The "
+        'refresh interval, weighed").',
     )
     helper_process: bool = Field(
         True,
