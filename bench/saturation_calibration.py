@@ -51,6 +51,7 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from backend.scheduling.record import LevelRecord
 from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import Probe, meets_slo, slo_attainment
@@ -123,6 +124,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         present_weight=args.present_weight,
         served=not args.no_served,
         future_s=args.future,
+        record=LevelRecord() if args.record else None,
     )
     pods = list(range(len(sim.servers)))
     span = float(sim.trace.arrival_s[-1])
@@ -149,6 +151,9 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
             t += SLICE_S if t < WARMUP_S else every
         grids[name] = grid
     levels: dict[float, tuple[float, float, float]] = {}
+    # With --record, the same instants' levels before the correction, and its bias per instant.
+    raw: dict[float, tuple[float, float, float]] = {}
+    biases: list[float] = []
     for t in sorted(set().union(*grids.values())):
         if not sim.run_until(t):
             break
@@ -158,6 +163,10 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
             if sat is not None and sat.present_level is not None:
                 later = sat.next_level if sat.next_level is not None else sat.present_level
                 levels[t] = (1.0 - sat.level, 1.0 - sat.present_level, 1.0 - later)
+                before = sat.uncorrected_level if sat.uncorrected_level is not None else sat.level
+                raw[t] = (1.0 - before, 1.0 - sat.present_level, 1.0 - later)
+                if sat.record_bias is not None:
+                    biases.append(sat.record_bias)
     result = sim.run()
     slo = sim.config.slo
     ok = meets_slo(result, slo)
@@ -177,10 +186,21 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         if other is not None:
             other.pop("detail")
             refresh_also[name] = {**other, "every_s": round(every, 3)}
+    uncorrected = {}
+    if args.record:  # the shipped level's measures from the same simulation, for A/B
+        for name, every in (("coarse", coarse_every), ("refresh", refresh_every)):
+            before = _measured(grids[name], every, raw, result.arrival, ok)
+            if before is not None:
+                before.pop("detail")
+                uncorrected[name] = before
+        uncorrected["corrected_instants"] = len(biases)
+        uncorrected["instants"] = len(raw)
+        uncorrected["mean_bias_points"] = round(100 * float(np.mean(biases)), 2) if biases else None
     return {
         "load": load,
         "seed": seed,
         **coarse,
+        **({"uncorrected": uncorrected} if uncorrected else {}),
         "run_attainment": round(slo_attainment(result, slo), 4),
         # Per probe, in time order: (time s, present, next, measured, requests measured), for
         # studies of other ways to combine the two levels (bench/saturation_mix.py).
@@ -277,6 +297,12 @@ def main() -> None:
         "backend.sim.autoscale.Probe future_s)",
     )
     parser.add_argument(
+        "--record",
+        action="store_true",
+        help="the level corrected by its own record (backend.scheduling.record), and under "
+        "'uncorrected' the same instants' levels without it, from the same simulation",
+    )
+    parser.add_argument(
         "--also-every",
         default="",
         help="S,...: the refresh measure at these intervals too, from the same simulation "
@@ -347,6 +373,22 @@ def main() -> None:
                         [100 * (r["predicted_present"] - r["measured"]) for r in fresh]
                     ),
                 }
+            before = [r["uncorrected"] for r in runs if r.get("uncorrected")]
+            if before:
+                row["uncorrected"] = {
+                    name: mean_min_max(
+                        [
+                            100 * (r[part]["predicted"] - r[part]["measured"])
+                            for r in before
+                            if part in r
+                        ]
+                    )
+                    for name, part in (("gap_points", "coarse"), ("refresh_gap_points", "refresh"))
+                }
+                row["uncorrected"]["mean_bias_points"] = mean_min_max(
+                    [r["mean_bias_points"] for r in before if r["mean_bias_points"] is not None]
+                    or [0.0]
+                )
             for name in sorted({k for r in runs for k in r.get("refresh_also", {})}, key=float):
                 other = [r["refresh_also"][name] for r in runs if name in r.get("refresh_also", {})]
                 row.setdefault("refresh_also", {})[name] = {

@@ -110,6 +110,15 @@ class Saturation:
     # the window, or the weight all on the present one).
     present_level: float | None = None
     next_level: float | None = None
+    # The pool's share meeting each SLO alone (1 for a target without one), as ``meeting_slo``
+    # is made: what a record of the pool's samples can be checked against, each sample
+    # measuring one target (``backend.scheduling.record``).
+    meeting_ttft: float = 1.0
+    meeting_tpot: float = 1.0
+    # Set by a level corrected by its own record (``record.corrected``): the level before it,
+    # and the bias taken off its meeting share (None: not corrected).
+    uncorrected_level: float | None = None
+    record_bias: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -692,10 +701,16 @@ def saturation(
         for j, p in enumerate(now_sat.pods)
     ]
     base = each[len(each) // 2] if w <= 0.0 else now_sat
+    ttft_share, tpot_share = (
+        w * getattr(now_sat, name) + (1.0 - w) * float(np.mean([getattr(s, name) for s in each]))
+        for name in ("meeting_ttft", "meeting_tpot")
+    )
     return dataclasses.replace(
         base,
         level=level,
         meeting_slo=1.0 - level,
+        meeting_ttft=ttft_share,
+        meeting_tpot=tpot_share,
         pods=tuple(
             dataclasses.replace(p, level=x) for p, x in zip(base.pods, pod_levels, strict=True)
         ),
@@ -724,9 +739,25 @@ def _at(
     ttft = np.asarray(ttft_flat, dtype=np.float64).reshape(n_req, n_pod)
     tpot = np.asarray(tpot_flat, dtype=np.float64).reshape(n_req, n_pod)
     meets = _meets(ttft, tpot, ttft_slo_ms, tpot_slo_ms).astype(np.float64)
+    # Each target alone, for the record: with both SLOs set, the joint share cannot be read
+    # from the samples (a sample measures one target of an unnamed request).
+    alone = [
+        _meets(ttft, tpot, ttft_slo_ms, None).astype(np.float64),
+        _meets(ttft, tpot, None, tpot_slo_ms).astype(np.float64),
+    ]
     if meet_probability is not None:
         chance = meet_probability(rows, ttft_flat, tpot_flat, ttft_slo_ms, tpot_slo_ms)
         meets = np.asarray(chance, dtype=np.float64).reshape(n_req, n_pod)
+        if ttft_slo_ms is not None and tpot_slo_ms is not None:
+            alone = [
+                np.asarray(meet_probability(rows, ttft_flat, tpot_flat, *slos), np.float64).reshape(
+                    n_req, n_pod
+                )
+                for slos in ((ttft_slo_ms, None), (None, tpot_slo_ms))
+            ]
+        else:  # one SLO: the joint share is that target's, the other's is 1
+            alone = [meets if ttft_slo_ms is not None else np.ones_like(meets)]
+            alone.append(meets if tpot_slo_ms is not None else np.ones_like(meets))
 
     mid, high = _position(n_req, 0.5), _position(n_req, 0.9)
     pod_levels = tuple(
@@ -742,6 +773,7 @@ def _at(
 
     routed = dataclasses.replace(policy, epsilon_explore_neg=0.0)
     picked_ok = np.zeros(n_req, dtype=np.float64)
+    picked_alone = np.zeros((2, n_req), dtype=np.float64)
     headroom: dict[int, Headroom] = {}
     for i, r in enumerate(reqs):
         candidates = rows[i * n_pod : (i + 1) * n_pod]
@@ -757,6 +789,7 @@ def _at(
         if chosen is not None and decision.admitted:
             j = next(k for k, pod in enumerate(pods) if pod.name == chosen.name)
             picked_ok[i] = meets[i, j]
+            picked_alone[:, i] = alone[0][i, j], alone[1][i, j]
         if i in (mid, high):
             headroom[i] = Headroom(
                 r.prompt_tokens,
@@ -765,7 +798,17 @@ def _at(
                 chosen.tpot_headroom_ms if chosen else None,
             )
     level = float(1.0 - picked_ok.mean())
-    return Saturation(level, 1.0 - level, pod_levels, headroom[mid], headroom[high], n_req)
+    ttft_share, tpot_share = (float(x) for x in picked_alone.mean(axis=1))
+    return Saturation(
+        level,
+        1.0 - level,
+        pod_levels,
+        headroom[mid],
+        headroom[high],
+        n_req,
+        meeting_ttft=ttft_share,
+        meeting_tpot=tpot_share,
+    )
 
 
 def _fixed(ttft: FloatArray, tpot: FloatArray) -> Predictor:

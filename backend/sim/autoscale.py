@@ -54,6 +54,7 @@ from typing import Final, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from backend.scheduling.record import LevelRecord, Outcomes, corrected
 from backend.scheduling.saturation import (
     Arrivals,
     Representative,
@@ -577,6 +578,7 @@ class Probe:
         present_weight: float = 0.0,
         served: bool = True,
         future_s: float = 0.0,
+        record: LevelRecord | None = None,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_size, self.representatives = profile_size, representatives
@@ -597,6 +599,9 @@ class Probe:
         # A reference, not a level the service can compute (``arrivals_at``): above 0, the
         # replay is of the trace's next ``future_s`` seconds of arrivals, not the past's.
         self.future_s = future_s
+        # The level corrected by its own record (``backend.scheduling.record``), as the service
+        # corrects it: each call at ``factor`` 1 is a tick of the record.
+        self.record = record
 
     def _by(self, moments: FloatArray, now: float) -> npt.NDArray[np.intp]:
         """The requests whose sample the service holds at ``now`` (``moments``: when each is
@@ -696,6 +701,30 @@ class Probe:
             )
         return reps
 
+    def outcomes_at(self, now: float) -> Outcomes:
+        """What the samples posted by ``now`` measured over the record's horizon: each request's
+        arrival and TTFT once its first token came, its first token and TPOT once it finished
+        (the service's TTFT and TPOT samples)."""
+        sim, trace = self.sim, self.sim.trace
+        horizon = self.record.horizon_s if self.record is not None else self.arrival_window_s
+        lo, hi = np.searchsorted(trace.arrival_s, [now - horizon - 1.0, now], side="right")
+        idx = np.arange(lo, hi)
+        routed = np.array([sim.routes[i] is not None for i in idx.tolist()], np.bool_)
+        idx = idx[routed] if idx.size else idx
+        first, done = sim._first[idx], sim._done[idx]
+        with np.errstate(invalid="ignore"):
+            ttft = idx[first <= now]
+            out = trace.output_tokens[idx]
+            tpot = idx[(done <= now) & (out > 1)]
+        arrival = trace.arrival_s
+        return Outcomes(
+            ttft_at_s=arrival[ttft].astype(np.float64),
+            ttft_weight=np.ones(ttft.size),
+            ttft_ms=(sim._first[ttft] - arrival[ttft]) * 1000.0,
+            tpot_at_s=sim._first[tpot].astype(np.float64),
+            tpot_ms=(sim._done[tpot] - sim._first[tpot]) / (trace.output_tokens[tpot] - 1) * 1000.0,
+        )
+
     def level(self, pods: Sequence[int], factor: float = 1.0) -> float | None:
         sat = self.saturation(pods, factor)
         return sat.level if sat is not None else None
@@ -725,7 +754,7 @@ class Probe:
             return predictor.meet_probability(cols, ttft, tpot, ttft_slo_ms, tpot_slo_ms)
 
         slo = self.sim.config.slo
-        return saturation(
+        sat = saturation(
             _candidates(self.sim, pods, factor),
             reps,
             self.router.config.policy,
@@ -736,6 +765,12 @@ class Probe:
             self.arrivals_at(self.sim.view.now),
             self.present_weight,
         )
+        if self.record is None or factor != 1.0:
+            return sat
+        now = self.sim.view.now
+        bias = self.record.bias(now, self.outcomes_at(now), slo.ttft_ms, slo.tpot_ms)
+        self.record.add(now, sat)
+        return corrected(sat, bias)
 
 
 def run_autoscaled(
