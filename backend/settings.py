@@ -339,6 +339,31 @@ class CapacitySettings(BaseModel):
         "slice of both shipped traces once the replay's latency was scaled to what the pool's "
         "own requests measured (docs/capacity.md, on that calibration); 0.3 before it.",
     )
+    record_correction: bool = Field(
+        True,
+        description="Correct the pool's saturation level by its own record: each tick's level "
+        "is checked against what the requests arriving while it was in force measured (their "
+        "TTFT and TPOT samples), and the mean error of the last `record_horizon_s`, up to "
+        "`record_delay_s` ago, is taken off the level now (backend/scheduling/record.py; "
+        'docs/capacity.md, "A level corrected by its own record"). The uncorrected level '
+        "and the bias are served beside it. False: the forecast alone.",
+    )
+    record_horizon_s: float = Field(
+        300.0, gt=0, le=86_400, description="The record's span, in seconds back from now."
+    )
+    record_delay_s: float = Field(
+        30.0,
+        ge=0,
+        le=3_600,
+        description="A level is checked once this many seconds have passed, so that most of "
+        "its requests have finished (must be below `record_horizon_s`).",
+    )
+    record_min_requests: int = Field(
+        50,
+        ge=1,
+        le=1_000_000,
+        description="Requests of each SLO's target the record needs before it corrects.",
+    )
     profile_rows: int = Field(
         512,
         ge=1,
@@ -415,6 +440,8 @@ class CapacitySettings(BaseModel):
                     "replicas replays at: set one of them"
                 )
             self.desired_lead_s = 0.0
+        if self.record_delay_s >= self.record_horizon_s:
+            raise ValueError("record_delay_s must be below record_horizon_s")
         return self
 
 

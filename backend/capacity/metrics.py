@@ -28,8 +28,8 @@ class CapacityCollector(Collector):
         # replayed, the level by default; absent when nothing was replayed).
         parts = GaugeMetricFamily(
             "headroom_pool_saturation_part",
-            "The saturation level with the pods as they stand (present) or over the next "
-            "interval (next_interval), 0..1.",
+            "The saturation level with the pods as they stand (present), over the next "
+            "interval (next_interval), or before its record's correction (uncorrected), 0..1.",
             labels=["pool", "part"],
         )
         pod_level = GaugeMetricFamily(
@@ -51,7 +51,11 @@ class CapacityCollector(Collector):
             if report.status != OK or sat is None:
                 continue
             pool_level.add_metric([pool], sat.level)
-            for part, value in (("present", sat.present_level), ("next_interval", sat.next_level)):
+            for part, value in (
+                ("present", sat.present_level),
+                ("next_interval", sat.next_level),
+                ("uncorrected", sat.uncorrected_level),
+            ):
                 if value is not None:
                     parts.add_metric([pool, part], value)
             for pod in sat.pods:

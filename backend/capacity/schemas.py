@@ -83,6 +83,17 @@ class SaturationRead(BaseModel):
     present_saturation: float | None = Field(
         description="The level with the pods as they stand (optimistic where bursts follow)."
     )
+    uncorrected_saturation: float | None = Field(
+        None,
+        description="The level before its record's correction (the forecast): null when not "
+        "corrected (`HEADROOM_CAPACITY__RECORD_CORRECTION` off, or too few requests measured "
+        "over the record's span yet).",
+    )
+    record_bias: float | None = Field(
+        None,
+        description="The forecast's mean error over the record (forecast less measured share "
+        "meeting the SLOs), taken off `saturation`'s meeting share; null when not corrected.",
+    )
     next_interval_saturation: float | None = Field(
         description="The level over the next interval: the recent arrivals (the last "
         "`HEADROOM_CAPACITY__ARRIVAL_WINDOW_S`) replayed onto the pods, at the latency the "
@@ -153,6 +164,8 @@ class SaturationRead(BaseModel):
             saturation=sat.level if sat else None,
             present_saturation=sat.present_level if sat else None,
             next_interval_saturation=sat.next_level if sat else None,
+            uncorrected_saturation=sat.uncorrected_level if sat else None,
+            record_bias=sat.record_bias if sat else None,
             status=report.status,
             computed_at=report.computed_at,
             ttft_slo_ms=report.ttft_slo_ms,

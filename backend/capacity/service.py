@@ -35,6 +35,7 @@ from backend.predictor.serving import ModelsNotReady, ModelStore, meet_both, pre
 from backend.routing.service import PoolPolicy
 from backend.samples import repository
 from backend.samples.models import WINDOW_FEATURES, TargetCode
+from backend.scheduling.record import LevelRecord, corrected
 from backend.scheduling.saturation import (
     Saturation,
     saturation,
@@ -119,6 +120,9 @@ class CapacityMonitor:
         self._settings = settings
         self._clock = clock
         self._signals: dict[int, PoolSignals] = {}
+        # Per pool: its level's record, and the policy version it was kept under (new SLOs
+        # make the old levels' misses another question: the record starts again).
+        self._records: dict[int, tuple[int | None, LevelRecord]] = {}
         self._after: int | None = None
         self._reports: dict[str, PoolReport] = {}
         self._desired: dict[str, DesiredReplicas] = {}
@@ -301,4 +305,31 @@ class CapacityMonitor:
             replicas = saturation_replicas(level_at, len(pods), len(pods), budget)
         except ModelsNotReady:  # the model went away between the check and the call
             return report(NO_MODEL)
-        return report(OK, sat, replicas)
+        recorded = self._recorded(pool_id, policy.version, signals, now, sat, ttft_slo, tpot_slo)
+        return report(OK, recorded, replicas)
+
+    def _recorded(
+        self,
+        pool_id: int,
+        version: int | None,
+        signals: PoolSignals,
+        now: datetime,
+        sat: Saturation,
+        ttft_slo_ms: float | None,
+        tpot_slo_ms: float | None,
+    ) -> Saturation:
+        """The tick's level kept in the pool's record, and corrected by it (with
+        ``record_correction``): its bias over the last ``record_horizon_s``."""
+        s = self._settings
+        if not s.record_correction:
+            return sat
+        kept = self._records.get(pool_id)
+        if kept is None or kept[0] != version:
+            record = LevelRecord(s.record_horizon_s, s.record_delay_s, s.record_min_requests)
+            self._records[pool_id] = (version, record)
+        else:
+            record = kept[1]
+        at = now.timestamp()
+        bias = record.bias(at, signals.outcomes(), ttft_slo_ms, tpot_slo_ms)
+        record.add(at, sat)
+        return corrected(sat, bias)

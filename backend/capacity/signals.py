@@ -18,6 +18,7 @@ import numpy as np
 
 from backend.predictor.features import POD_TYPE_CODES
 from backend.samples.models import TargetCode
+from backend.scheduling.record import Outcomes
 from backend.scheduling.saturation import Arrivals, Representative, Served
 from backend.scheduling.types import Candidate, Role
 
@@ -77,6 +78,11 @@ class PoolSignals:
     # waiting; the replay's latency tables are scaled to the seconds (``Served``).
     arrivals: deque[tuple[datetime, float, float, float]] = field(init=False)
     served_tpot: deque[tuple[datetime, float, float]] = field(init=False)
+    # The same samples for the level's record, as plain numbers (seconds since the epoch):
+    # (arrival, weight, TTFT ms) and (first token: the observation less the decode, TPOT
+    # ms), read into arrays every tick.
+    ttft_outcomes: deque[tuple[float, float, float]] = field(init=False)
+    tpot_outcomes: deque[tuple[float, float]] = field(init=False)
     arrival_weight: float = 1.0
     """Requests each TTFT row read now stands for: more than 1 when a tick's read was cut to
     the newest rows (set by the monitor from the count of the pool's TTFT rows)."""
@@ -86,6 +92,8 @@ class PoolSignals:
         self.output_tokens = deque(maxlen=self.profile_size)
         self.arrivals = deque(maxlen=MAX_ARRIVALS_KEPT)
         self.served_tpot = deque(maxlen=MAX_ARRIVALS_KEPT)
+        self.ttft_outcomes = deque(maxlen=MAX_ARRIVALS_KEPT)
+        self.tpot_outcomes = deque(maxlen=MAX_ARRIVALS_KEPT)
 
     def add(self, row: Any, *, profile: bool = True, gauges: bool = True) -> None:
         if profile:
@@ -94,10 +102,17 @@ class PoolSignals:
                 self.requests.append(Representative(row.input_token_length, row.prefix_cache_score))
                 arrived = _utc(row.observed_at) - timedelta(milliseconds=row.latency_ms)
                 self.arrivals.append((arrived, self.arrival_weight, held, row.latency_ms / 1000.0))
+                self.ttft_outcomes.append(
+                    (arrived.timestamp(), self.arrival_weight, row.latency_ms)
+                )
             elif row.num_tokens_generated > 0:
                 self.output_tokens.append(row.num_tokens_generated)
                 if row.num_tokens_generated > 1:  # one token has no time between tokens
-                    self.served_tpot.append((_utc(row.observed_at), held, row.latency_ms / 1000.0))
+                    observed = _utc(row.observed_at)
+                    decode = row.latency_ms * (row.num_tokens_generated - 1)
+                    first = observed - timedelta(milliseconds=decode)
+                    self.served_tpot.append((observed, held, row.latency_ms / 1000.0))
+                    self.tpot_outcomes.append((first.timestamp(), row.latency_ms))
         if not gauges or not row.pod or row.pod_type not in _ROLES:
             return  # an unnamed pod cannot be told apart from another; an encoder is no target
         observed = _utc(row.observed_at)
@@ -136,6 +151,14 @@ class PoolSignals:
             tuple(a[1] for a in inside),
             served,
         )
+
+    def outcomes(self) -> Outcomes:
+        """What the kept samples measured, for the level's record (times in seconds since the
+        epoch): each TTFT sample's arrival, weight and TTFT; each TPOT sample's first token and
+        TPOT."""
+        ttft = np.array(self.ttft_outcomes, np.float64).reshape(-1, 3)
+        tpot = np.array(self.tpot_outcomes, np.float64).reshape(-1, 2)
+        return Outcomes(ttft[:, 0], ttft[:, 1], ttft[:, 2], tpot[:, 0], tpot[:, 1])
 
     def fresh_pods(self, now: datetime, stale_after_s: float) -> tuple[list[PodGauges], list[str]]:
         """(pods heard from within ``stale_after_s``, names of the stale ones), by name."""

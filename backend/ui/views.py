@@ -243,6 +243,10 @@ class SaturationPanel:
     """The level's two parts: the pods as they stand, and the next interval's (None when
     nothing was replayed)."""
     next_level: float | None = None
+    uncorrected_level: float | None = None
+    """The level before its record's correction, and the bias taken off (None: not
+    corrected; ``backend.scheduling.record``)."""
+    record_bias: float | None = None
     saturation_replicas: int | None = None
     """Pods the saturation level asks for (``headroom_saturation_replicas``)."""
     count_lines: tuple[str, ...] = ()
@@ -309,6 +313,8 @@ def saturation_panel(
         desired_chart=replica_chart(desired_points) if desired is not None else None,
         present_level=sat.present_level if sat else None,
         next_level=sat.next_level if sat else None,
+        uncorrected_level=sat.uncorrected_level if sat else None,
+        record_bias=sat.record_bias if sat else None,
         saturation_replicas=report.saturation_replicas,
         count_lines=tuple(count_lines),
         count_top=count_top,

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.app import create_app
+from backend.capacity.service import CapacityMonitor
 from backend.settings import Settings
 from backend.sim.entries import training_entries
 from backend.sim.gpu import load_profile
@@ -244,3 +245,74 @@ def test_the_level_replays_a_burst_the_pods_do_not_show_yet(replaying: TestClien
     body = _idle_burst(replaying)
     assert body["arrival_rate_rps"] == pytest.approx(400 / 60, rel=1e-6)
     assert all(p["requests"] > 0 for p in body["pods"])  # the middle state holds some
+
+
+def test_the_level_is_corrected_by_what_its_requests_then_measured(client: TestClient) -> None:
+    """Each tick's level is kept and, once its requests have answered, checked against their
+    samples; the error of the last minutes comes off the level served, the forecast beside it.
+    Driven on the monitor's own clock: a tick before the requests arrived, one after."""
+    runtime = runtime_of(client)
+    start = datetime.now(UTC).replace(microsecond=0)
+    # 200 requests over 100 s from start (fewer rows than a tick reads: none is left out).
+    entries = traffic(200, pods=4)
+    for i, e in enumerate(entries):
+        e["timestamp"] = (start + timedelta(seconds=i * 0.5)).isoformat()
+    set_slo(client, 2000, 100)
+    clock = [start]
+    monitor = CapacityMonitor(
+        runtime.sessions,
+        runtime.store,
+        runtime.policy_cache.get,
+        runtime.settings.capacity,
+        clock=lambda: clock[0],
+    )
+    later = traffic(400, pods=4, seed=3)  # a model's data, timed beyond any check here
+    for e in later:
+        e["timestamp"] = (start + timedelta(seconds=500)).isoformat()
+    post(client, later)
+    train_and_load(client)
+    clock[0] = start - timedelta(seconds=300)
+    monitor.compute()  # reads them (cut to the newest rows, each TTFT one weighing more)
+    post(client, entries[:20])  # read whole by the next tick: one request a row
+    clock[0] = start - timedelta(seconds=200)
+    before = monitor.compute()[0]["default"]
+    assert before.status == "ok" and before.saturation is not None
+    assert before.saturation.record_bias is None  # nothing measured yet
+    post(client, entries[20:])
+    clock[0] = start + timedelta(seconds=150)  # every request here arrived 50-150 s ago
+    after = monitor.compute()[0]["default"].saturation
+    assert after is not None and after.record_bias is not None
+    # What the record measured, from the samples the service holds (those the window kept):
+    # each target's share in [now - 300 s, now - 30 s] against the first tick's forecast.
+    held = monitor._signals[1].outcomes()
+    lo, hi = ((start + timedelta(seconds=x)).timestamp() for x in (-150, 120))
+    ttft = held.ttft_ms[(held.ttft_at_s >= lo) & (held.ttft_at_s <= hi)]
+    tpot = held.tpot_ms[(held.tpot_at_s >= lo) & (held.tpot_at_s <= hi)]
+    assert ttft.size >= 50 and tpot.size >= 50
+    forecast = before.saturation
+    measured = forecast.meeting_slo * (
+        np.mean(ttft <= 2000) / forecast.meeting_ttft * np.mean(tpot <= 100) / forecast.meeting_tpot
+    )
+    assert after.record_bias == pytest.approx(forecast.meeting_slo - min(1.0, measured))
+    # Some requests missed what the forecast said all would meet: the level rises.
+    assert np.mean(ttft <= 2000) < forecast.meeting_ttft
+    assert after.record_bias > 0 and after.level > after.uncorrected_level
+    assert after.uncorrected_level is not None
+    assert after.meeting_slo == pytest.approx(
+        min(1.0, max(0.0, 1.0 - after.uncorrected_level - after.record_bias))
+    )
+    # New SLOs: the old levels answered another question, and the record starts again.
+    set_slo(client, 1500, 80)
+    clock[0] += timedelta(seconds=5)
+    again = monitor.compute()[0]["default"].saturation
+    assert again is not None and again.record_bias is None
+
+
+def test_the_served_level_carries_its_forecast_and_bias(client: TestClient) -> None:
+    post(client, traffic(400, pods=4))
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    body = saturation_of(client)  # the first tick: nothing checked yet
+    assert body["status"] == "ok"
+    assert body["uncorrected_saturation"] is None and body["record_bias"] is None
+    assert 'part="uncorrected"' not in client.get("/metrics").text

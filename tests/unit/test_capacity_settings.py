@@ -19,3 +19,9 @@ def test_the_look_ahead_is_the_default_and_a_rate_window_replaces_it() -> None:
     # Both asked for: refused at start, naming both.
     with pytest.raises(ValidationError, match="desired_rate_window_s and desired_lead_s"):
         CapacitySettings(desired_rate_window_s=60.0, desired_lead_s=30.0)
+
+
+def test_the_records_delay_must_fall_inside_its_horizon() -> None:
+    assert CapacitySettings(record_horizon_s=120.0, record_delay_s=10.0).record_delay_s == 10.0
+    with pytest.raises(ValidationError, match="record_delay_s must be below record_horizon_s"):
+        CapacitySettings(record_horizon_s=30.0, record_delay_s=30.0)

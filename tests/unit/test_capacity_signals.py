@@ -155,3 +155,25 @@ def test_the_samples_of_the_window_are_what_the_pool_served_by_the_requests_on_i
     assert served is not None
     assert served.ttft == ((7.0, 2.0),)  # 4 running + 3 waiting, 2 s
     assert served.tpot == ((5.0, 0.04),)  # the older one out of the window, one token no gap
+
+
+def test_the_records_outcomes_are_read_back_from_the_samples() -> None:
+    """A TTFT sample stands for a request that arrived its TTFT before it was observed; a TPOT
+    sample for one whose first token came its decode (TPOT x the further tokens) before."""
+    signals: dict[int, PoolSignals] = {}
+    apply(
+        signals,
+        [
+            row(1, "a", NOW, latency_ms=400.0),
+            row(2, "a", NOW, TargetCode.TPOT, latency_ms=20.0, num_tokens_generated=11),
+            row(3, "a", NOW, TargetCode.TPOT, latency_ms=30.0, num_tokens_generated=1),
+        ],
+        profile_size=10,
+    )
+    held = signals[1].outcomes()
+    assert held.ttft_at_s.tolist() == [(NOW - timedelta(milliseconds=400)).timestamp()]
+    assert (held.ttft_weight.tolist(), held.ttft_ms.tolist()) == ([1.0], [400.0])
+    # One token has no time between tokens: only the 11-token answer is measured.
+    assert held.tpot_at_s.tolist() == [(NOW - timedelta(milliseconds=200)).timestamp()]
+    assert held.tpot_ms.tolist() == [20.0]
+    assert PoolSignals(10).outcomes().ttft_at_s.size == 0  # nothing held: empty, not an error

@@ -11,6 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from backend.policies.schemas import PolicySpec
+from backend.scheduling.record import LevelRecord
 from backend.scheduling.types import Candidate, TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
@@ -294,13 +295,15 @@ def test_the_idle_counterfactual_carries_no_progress() -> None:
 def _probed(
     seconds: float,
     keep: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.bool_]] | None = None,
+    rate: float = 4.0,
+    pods_n: int = 1,
 ) -> Probe:
     """Mooncake's first 300 requests at 4x its rate (all within 27 s) on one pod (a queue
     builds), run to ``seconds``; the replay's window is 10 s."""
-    pods = build_pool(1)
+    pods = build_pool(pods_n)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
     full = load_trace("mooncake-conversation").spread_ties(0)
-    trace = full.select(np.arange(len(full)) < 300).scaled(4.0)
+    trace = full.select(np.arange(len(full)) < 300).scaled(rate)
     if keep is not None:
         trace = trace.select(keep(trace.arrival_s))
     router = make_policy(OURS, fabric, 0)
@@ -396,3 +399,50 @@ def test_foresight_rejects_what_it_cannot_read() -> None:
         Foresight(one, np.zeros(1, np.int64), pods_per_ktok=0.0)
     with pytest.raises(ValueError):
         Foresight(one, np.zeros(2, np.int64), pods_per_ktok=1.0)
+
+
+def test_the_probes_record_holds_what_the_samples_posted_by_now_measured() -> None:
+    """The record's outcomes are the service's samples: a TTFT once the first token came (at
+    the request's arrival), a TPOT once it finished (at its first token, as the service reads
+    it back from the sample's time less TPOT x the further tokens)."""
+    probe = _probed(20.0)
+    probe.record = LevelRecord(horizon_s=60.0)  # the whole run so far
+    sim, now = probe.sim, 20.0
+    seen = probe.outcomes_at(now)
+    first, done = sim._first, sim._done
+    with np.errstate(invalid="ignore"):
+        has_first = np.flatnonzero(first <= now)
+        out = sim.trace.output_tokens
+        finished = np.flatnonzero((done <= now) & (out > 1))
+    assert 0 < has_first.size < int((sim.trace.arrival_s <= now).sum())  # a queue: some wait
+    assert seen.ttft_at_s.tolist() == pytest.approx(sim.trace.arrival_s[has_first].tolist())
+    assert seen.ttft_ms == pytest.approx((first - sim.trace.arrival_s)[has_first] * 1000.0)
+    assert finished.size > 0 and seen.tpot_at_s.size == finished.size
+    back = seen.tpot_at_s + seen.tpot_ms * (out[finished] - 1) / 1000.0
+    assert back == pytest.approx(done[finished])
+
+
+def test_a_probe_with_a_record_corrects_the_level_by_it() -> None:
+    # The same requests at their own rate on two pods: most are served within seconds.
+    probe = _probed(10.0, rate=1.0, pods_n=2)
+    probe.record = LevelRecord(horizon_s=60.0, delay_s=5.0, min_requests=5)
+    sim = probe.sim
+    biases = []
+    for t in np.arange(10.0, 60.0, 1.0):
+        sim.run_until(float(t))
+        sim.view.now = float(t)
+        sat = probe.saturation([0, 1])
+        if sat is None:  # the models are not ready yet
+            continue
+        if sat.record_bias is not None:
+            biases.append(sat.record_bias)
+            assert sat.uncorrected_level is not None
+            assert 1.0 - sat.level == pytest.approx(
+                min(1.0, max(0.0, 1.0 - sat.uncorrected_level - sat.record_bias))
+            )
+    assert biases  # once the first levels were checked against their requests
+    assert len(probe.record.ticks) > 1
+    # A scaled counterfactual (a scaler's "one pod fewer") is no tick of the record.
+    ticks = len(probe.record.ticks)
+    probe.saturation([0, 1], factor=2.0)
+    assert len(probe.record.ticks) == ticks
