@@ -4,7 +4,7 @@
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
         [--saturation-load azure=1.324] [--offset 0] [--arrival-window 120]
         [--present-weight 0.6] [--no-served] [--probe-every 5] [--max-probes 600]
-        [--also-every 2,1] [--future 15]
+        [--also-every 2,1] [--future 15] [--no-record]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -31,6 +31,11 @@ at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, t
    force when it arrived, as a gateway reading the latest level meets it. Reported per run and
    per load under ``refresh``; the figures above are the coarse grid's. ``--also-every 2,1``
    measures other refresh intervals the same way from the same simulation (``refresh_also``).
+
+4. **Corrected by its own record** (the service's default, ``--no-record`` without): each
+   level less the bias its record shows over the last 300 s up to 30 s ago
+   (``backend.scheduling.record``, read from what the samples posted by then measured); the
+   same instants' uncorrected levels are measured beside it, under ``uncorrected``.
 
 Reduced scale on a shared 2-core machine: ``--requests`` per run and ``--pods`` pods.
 ``--offset`` starts the slice later in the trace (a tuning slice disjoint from the first
@@ -124,7 +129,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         present_weight=args.present_weight,
         served=not args.no_served,
         future_s=args.future,
-        record=LevelRecord() if args.record else None,
+        record=_record() if args.record else None,
     )
     pods = list(range(len(sim.servers)))
     span = float(sim.trace.arrival_s[-1])
@@ -208,6 +213,12 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         "refresh": refresh,
         **({"refresh_also": refresh_also} if refresh_also else {}),
     }
+
+
+def _record() -> LevelRecord:
+    """The service's record, as its settings make it."""
+    s = CapacitySettings()
+    return LevelRecord(s.record_horizon_s, s.record_delay_s, s.record_min_requests)
 
 
 def _measured(
@@ -298,9 +309,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--record",
-        action="store_true",
-        help="the level corrected by its own record (backend.scheduling.record), and under "
-        "'uncorrected' the same instants' levels without it, from the same simulation",
+        action=argparse.BooleanOptionalAction,
+        default=CapacitySettings().record_correction,
+        help="the level corrected by its own record (backend.scheduling.record; the service's "
+        "HEADROOM_CAPACITY__RECORD_CORRECTION, its default), and under 'uncorrected' the same "
+        "instants' levels without it, from the same simulation; --no-record: the forecast alone",
     )
     parser.add_argument(
         "--also-every",
