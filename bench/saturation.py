@@ -32,7 +32,9 @@ import orjson
 from _common import machine
 
 from backend.capacity.service import columns
+from backend.capacity.signals import MAX_ARRIVALS_KEPT
 from backend.predictor.training import predict_columns, train_target
+from backend.scheduling.record import LevelRecord, Outcomes, corrected
 from backend.scheduling.saturation import (
     Arrivals,
     Representative,
@@ -185,9 +187,30 @@ def _tick(pods: int, repeats: int, rate: float) -> dict[str, Any]:
                 candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict, None, replayed, w
             )
             out.append((time.perf_counter() - start) * 1000)
+    # The record's correction on a tick (backend.scheduling.record): its bias over the most
+    # samples a pool keeps (16,384 a target) against 60 ticks, and the tick kept.
+    record = LevelRecord()
+    level = saturation(candidates, reps, SchedulingPolicy(), 1000.0, 50.0, predict)
+    for t in range(60):
+        record.add(float(t * 5), level)
+    kept = MAX_ARRIVALS_KEPT
+    outcomes = Outcomes(
+        rng.uniform(0.0, 300.0, kept),
+        np.ones(kept),
+        rng.uniform(50.0, 2000.0, kept),
+        rng.uniform(0.0, 300.0, kept),
+        rng.uniform(5.0, 100.0, kept),
+    )
+    recorded: list[float] = []
+    for k in range(repeats):
+        start = time.perf_counter()
+        bias = record.bias(330.0 + k, outcomes, 1000.0, 50.0)
+        record.add(330.0 + k, corrected(level, bias))
+        recorded.append((time.perf_counter() - start) * 1000)
     return {
         "pods": pods,
         "representatives": len(reps),
+        "record_correction_extra": {"samples_per_target": kept, **_percentiles(recorded)},
         "present": _percentiles(present),
         "next_interval": {"arrivals": len(arrivals.times_s), **_percentiles(next_interval)},
         "next_interval_unserved": _percentiles(next_unserved),
