@@ -280,8 +280,22 @@ def test_the_level_is_corrected_by_what_its_requests_then_measured(client: TestC
     assert before.saturation.record_bias is None  # nothing measured yet
     post(client, entries[20:])
     clock[0] = start + timedelta(seconds=150)  # every request here arrived 50-150 s ago
-    after = monitor.compute()[0]["default"].saturation
+    reports, at, _ = monitor.compute()
+    after = reports["default"].saturation
     assert after is not None and after.record_bias is not None
+    # Served as every tick is: REST, the gauges and the Overview carry the forecast beside it.
+    runtime.capacity.publish(reports, at)
+    body = client.get("/v1/pools/default/saturation").json()
+    assert (body["saturation"], body["uncorrected_saturation"], body["record_bias"]) == (
+        pytest.approx(after.level),
+        pytest.approx(after.uncorrected_level),
+        pytest.approx(after.record_bias),
+    )
+    forecast_level = float(after.uncorrected_level or 0.0)
+    part = f'headroom_pool_saturation_part{{part="uncorrected",pool="default"}} {forecast_level}'
+    assert part in client.get("/metrics").text
+    sign_in_new_user(client, "ops", role="viewer")
+    assert 'data-testid="saturation-record"' in client.get("/ui/").text
     # What the record measured, from the samples the service holds (those the window kept):
     # each target's share in [now - 300 s, now - 30 s] against the first tick's forecast.
     held = monitor._signals[1].outcomes()

@@ -216,6 +216,12 @@ def test_the_overview_shows_the_saturation_panel_with_its_history(session: Sessi
     mixed = dataclasses.replace(sat, present_level=0.1, next_level=0.475)
     parts = saturation_panel(dataclasses.replace(report, saturation=mixed), history)
     assert parts is not None and (parts.present_level, parts.next_level) == (0.1, 0.475)
+    assert (parts.uncorrected_level, parts.record_bias) == (None, None)  # not corrected
+    # A level corrected by its record shows the forecast and the bias taken off.
+    fixed = dataclasses.replace(sat, level=0.3, uncorrected_level=0.25, record_bias=0.05)
+    shown = saturation_panel(dataclasses.replace(report, saturation=fixed), history)
+    assert shown is not None and (shown.level, shown.uncorrected_level) == (0.3, 0.25)
+    assert shown.record_bias == 0.05
     assert saturation_panel(None, []) is None
     idle = saturation_panel(PoolReport("default", "no_slo", now, None, 0, (), None, None, 1), [])
     assert idle is not None and idle.level is None and idle.lines == []
