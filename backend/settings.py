@@ -347,8 +347,8 @@ class CapacitySettings(BaseModel):
         "`record_delay_s` ago, is taken off the level now (backend/scheduling/record.py; "
         'docs/capacity.md, "Corrected by its own record"). The uncorrected level and the '
         "bias are served beside it. On by the calibration's tuning slice; on fresh evaluation "
-        "seeds every load of both traces then read within 1 point, the forecast alone up to "
-        "6.8 optimistic at saturation. False: the forecast alone.",
+        "seeds every load of both traces then read within 1.1 points, the forecast alone up to "
+        "7 optimistic at saturation. False: the forecast alone.",
     )
     record_horizon_s: float = Field(
         300.0, gt=0, le=86_400, description="The record's span, in seconds back from now."
