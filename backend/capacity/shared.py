@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
@@ -46,11 +46,18 @@ def decode(raw: bytes | str) -> tuple[dict[str, PoolReport], datetime, str]:
     return {r.pool: r for r in reports}, datetime.fromisoformat(body["now"]), body["leader"]
 
 
+def _known(cls: Any, d: dict[str, Any]) -> dict[str, Any]:
+    """``d``'s fields that ``cls`` has: a report from a newer leader (a rolling upgrade) may
+    carry fields this version does not know, and is still read."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
 def _report(d: dict[str, Any]) -> PoolReport:
     sat = d["saturation"]
     return PoolReport(
         **{
-            **d,
+            **_known(PoolReport, d),
             "computed_at": datetime.fromisoformat(d["computed_at"]),
             "saturation": None if sat is None else _saturation(sat),
             "stale_pods": tuple(d["stale_pods"]),
@@ -61,10 +68,10 @@ def _report(d: dict[str, Any]) -> PoolReport:
 def _saturation(d: dict[str, Any]) -> Saturation:
     return Saturation(
         **{
-            **d,
-            "pods": tuple(PodLevel(**p) for p in d["pods"]),
-            "p50": Headroom(**d["p50"]),
-            "p90": Headroom(**d["p90"]),
+            **_known(Saturation, d),
+            "pods": tuple(PodLevel(**_known(PodLevel, p)) for p in d["pods"]),
+            "p50": Headroom(**_known(Headroom, d["p50"])),
+            "p90": Headroom(**_known(Headroom, d["p90"])),
         }
     )
 
