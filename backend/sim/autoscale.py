@@ -709,8 +709,8 @@ class Probe:
         horizon = self.record.horizon_s if self.record is not None else self.arrival_window_s
         lo, hi = np.searchsorted(trace.arrival_s, [now - horizon - 1.0, now], side="right")
         idx = np.arange(lo, hi)
-        routed = np.array([sim.routes[i] is not None for i in idx.tolist()], np.bool_)
-        idx = idx[routed] if idx.size else idx
+        # A request the router never placed (shed) posts no sample.
+        idx = idx[np.array([sim.routes[i] is not None for i in idx.tolist()], np.bool_)]
         first, done = sim._first[idx], sim._done[idx]
         with np.errstate(invalid="ignore"):
             ttft = idx[first <= now]
