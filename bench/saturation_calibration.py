@@ -130,6 +130,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         served=not args.no_served,
         future_s=args.future,
         record=_record() if args.record else None,
+        tpot_at_end=args.tpot_at_end,
     )
     pods = list(range(len(sim.servers)))
     span = float(sim.trace.arrival_s[-1])
@@ -314,6 +315,12 @@ def main() -> None:
         help="the level corrected by its own record (backend.scheduling.record; the service's "
         "HEADROOM_CAPACITY__RECORD_CORRECTION, its default), and under 'uncorrected' the same "
         "instants' levels without it, from the same simulation; --no-record: the forecast alone",
+    )
+    parser.add_argument(
+        "--tpot-at-end",
+        action="store_true",
+        help="the record takes each TPOT outcome at the answer's end, as the service takes an "
+        "upstream EPP's TPOT sample (no length); default: at its first token",
     )
     parser.add_argument(
         "--also-every",

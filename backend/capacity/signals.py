@@ -105,14 +105,8 @@ class PoolSignals:
                 self.ttft_outcomes.append(
                     (arrived.timestamp(), self.arrival_weight, row.latency_ms)
                 )
-            elif row.num_tokens_generated > 0:
-                self.output_tokens.append(row.num_tokens_generated)
-                if row.num_tokens_generated > 1:  # one token has no time between tokens
-                    observed = _utc(row.observed_at)
-                    decode = row.latency_ms * (row.num_tokens_generated - 1)
-                    first = observed - timedelta(milliseconds=decode)
-                    self.served_tpot.append((observed, held, row.latency_ms / 1000.0))
-                    self.tpot_outcomes.append((first.timestamp(), row.latency_ms))
+            else:
+                self._tpot(row, held)
         if not gauges or not row.pod or row.pod_type not in _ROLES:
             return  # an unnamed pod cannot be told apart from another; an encoder is no target
         observed = _utc(row.observed_at)
@@ -133,6 +127,23 @@ class PoolSignals:
             oldest_prefill_wait_ms=row.oldest_prefill_wait_ms,
             ms_since_last_first_token=row.ms_since_last_first_token,
         )
+
+    def _tpot(self, row: Any, held: float) -> None:
+        observed = _utc(row.observed_at)
+        tokens = row.num_tokens_generated
+        if tokens > 1:  # the answer's length, as Headroom's own clients send it
+            decode = timedelta(milliseconds=row.latency_ms * (tokens - 1))
+            self.tpot_outcomes.append(((observed - decode).timestamp(), row.latency_ms))
+        elif row.latency_ms > 0:
+            # Upstream's EPP sends one TPOT sample at the end of a streamed answer with
+            # num_tokens_generated 0 (1 in some versions): its length, and so its first token,
+            # is not known. The record takes it at its end, later than its arrival by the
+            # request's latency (measured in the simulator: docs/capacity.md, on the record).
+            self.tpot_outcomes.append((observed.timestamp(), row.latency_ms))
+        if tokens > 0:
+            self.output_tokens.append(tokens)
+            if tokens > 1:  # one token has no time between tokens
+                self.served_tpot.append((observed, held, row.latency_ms / 1000.0))
 
     def recent_arrivals(self, now: datetime, window_s: float) -> Arrivals:
         """The requests that arrived over the last ``window_s``, with the mean output length

@@ -579,6 +579,7 @@ class Probe:
         served: bool = True,
         future_s: float = 0.0,
         record: LevelRecord | None = None,
+        tpot_at_end: bool = False,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_size, self.representatives = profile_size, representatives
@@ -602,6 +603,10 @@ class Probe:
         # The level corrected by its own record (``backend.scheduling.record``), as the service
         # corrects it: each call at ``factor`` 1 is a tick of the record.
         self.record = record
+        # The record's TPOT outcomes at the answer's end, as the service takes an upstream
+        # EPP's TPOT sample (it carries no length); False: at the first token, as it takes one
+        # that carries the length.
+        self.tpot_at_end = tpot_at_end
 
     def _by(self, moments: FloatArray, now: float) -> npt.NDArray[np.intp]:
         """The requests whose sample the service holds at ``now`` (``moments``: when each is
@@ -721,7 +726,7 @@ class Probe:
             ttft_at_s=arrival[ttft].astype(np.float64),
             ttft_weight=np.ones(ttft.size),
             ttft_ms=(sim._first[ttft] - arrival[ttft]) * 1000.0,
-            tpot_at_s=sim._first[tpot].astype(np.float64),
+            tpot_at_s=(sim._done if self.tpot_at_end else sim._first)[tpot].astype(np.float64),
             tpot_ms=(sim._done[tpot] - sim._first[tpot]) / (trace.output_tokens[tpot] - 1) * 1000.0,
         )
 

@@ -159,21 +159,27 @@ def test_the_samples_of_the_window_are_what_the_pool_served_by_the_requests_on_i
 
 def test_the_records_outcomes_are_read_back_from_the_samples() -> None:
     """A TTFT sample stands for a request that arrived its TTFT before it was observed; a TPOT
-    sample for one whose first token came its decode (TPOT x the further tokens) before."""
+    sample for one whose first token came its decode (TPOT x the further tokens) before. An
+    upstream EPP's TPOT sample carries no length (0, or 1 in some versions): it is taken at its
+    end."""
     signals: dict[int, PoolSignals] = {}
     apply(
         signals,
         [
             row(1, "a", NOW, latency_ms=400.0),
             row(2, "a", NOW, TargetCode.TPOT, latency_ms=20.0, num_tokens_generated=11),
-            row(3, "a", NOW, TargetCode.TPOT, latency_ms=30.0, num_tokens_generated=1),
+            row(3, "a", NOW, TargetCode.TPOT, latency_ms=30.0, num_tokens_generated=0),
+            row(4, "a", NOW, TargetCode.TPOT, latency_ms=40.0, num_tokens_generated=1),
         ],
         profile_size=10,
     )
     held = signals[1].outcomes()
     assert held.ttft_at_s.tolist() == [(NOW - timedelta(milliseconds=400)).timestamp()]
     assert (held.ttft_weight.tolist(), held.ttft_ms.tolist()) == ([1.0], [400.0])
-    # One token has no time between tokens: only the 11-token answer is measured.
-    assert held.tpot_at_s.tolist() == [(NOW - timedelta(milliseconds=200)).timestamp()]
-    assert held.tpot_ms.tolist() == [20.0]
+    first = (NOW - timedelta(milliseconds=200)).timestamp()
+    assert held.tpot_at_s.tolist() == [first, NOW.timestamp(), NOW.timestamp()]
+    assert held.tpot_ms.tolist() == [20.0, 30.0, 40.0]
+    # The replay's output length and latency still take only what a length makes known.
+    assert list(signals[1].output_tokens) == [11, 1]
+    assert [s for _, _, s in signals[1].served_tpot] == [0.02]
     assert PoolSignals(10).outcomes().ttft_at_s.size == 0  # nothing held: empty, not an error
