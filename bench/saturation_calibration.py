@@ -129,7 +129,7 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         present_weight=args.present_weight,
         served=not args.no_served,
         future_s=args.future,
-        record=_record() if args.record else None,
+        record=_record(not args.record_product) if args.record else None,
         tpot_at_end=args.tpot_at_end,
     )
     pods = list(range(len(sim.servers)))
@@ -216,10 +216,10 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
     }
 
 
-def _record() -> LevelRecord:
+def _record(bounded: bool) -> LevelRecord:
     """The service's record, as its settings make it."""
     s = CapacitySettings()
-    return LevelRecord(s.record_horizon_s, s.record_delay_s, s.record_min_requests)
+    return LevelRecord(s.record_horizon_s, s.record_delay_s, s.record_min_requests, bounded)
 
 
 def _measured(
@@ -315,6 +315,12 @@ def main() -> None:
         help="the level corrected by its own record (backend.scheduling.record; the service's "
         "HEADROOM_CAPACITY__RECORD_CORRECTION, its default), and under 'uncorrected' the same "
         "instants' levels without it, from the same simulation; --no-record: the forecast alone",
+    )
+    parser.add_argument(
+        "--record-product",
+        action="store_true",
+        help="the record's measured joint share as the targets' ratios' product alone, "
+        "without the bounds the measured targets set (as first measured), for A/B",
     )
     parser.add_argument(
         "--tpot-at-end",

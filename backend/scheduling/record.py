@@ -65,10 +65,14 @@ class LevelRecord:
         horizon_s: float = HORIZON_S,
         delay_s: float = DELAY_S,
         min_requests: int = MIN_REQUESTS,
+        bounded: bool = True,
     ) -> None:
         if not 0.0 <= delay_s < horizon_s:
             raise ValueError("delay_s must be in [0, horizon_s)")
         self.horizon_s, self.delay_s, self.min_requests = horizon_s, delay_s, min_requests
+        # The measured joint share held within the bounds the measured targets set (False:
+        # the ratios' product alone, as first measured; for A/B).
+        self.bounded = bounded
         self.ticks: deque[Tick] = deque()
 
     def add(self, at_s: float, sat: Saturation) -> None:
@@ -102,10 +106,12 @@ class LevelRecord:
         meeting = np.fromiter((t.meeting for t in self.ticks), np.float64, len(self.ticks))
         forecast = float(np.average(meeting[ttft_i], weights=ttft_w))
         measured = forecast
+        shares = []  # each target's measured share, for the bounds below
         if ttft_slo_ms is not None:
             met = outcomes.ttft_ms[_inside(outcomes.ttft_at_s, lo, hi)] <= ttft_slo_ms
             ttft = np.fromiter((t.meeting_ttft for t in self.ticks), np.float64, len(self.ticks))
             measured *= _ratio(met, ttft[ttft_i], ttft_w)
+            shares.append(float(np.sum(ttft_w * met)) / float(ttft_w.sum()))
         if tpot_slo_ms is not None:
             tpot_i, tpot_w = _in_force(times, outcomes.tpot_at_s, lo, hi, None)
             if tpot_w.sum() < self.min_requests:
@@ -113,6 +119,14 @@ class LevelRecord:
             met = outcomes.tpot_ms[_inside(outcomes.tpot_at_s, lo, hi)] <= tpot_slo_ms
             tpot = np.fromiter((t.meeting_tpot for t in self.ticks), np.float64, len(self.ticks))
             measured *= _ratio(met, tpot[tpot_i], tpot_w)
+            shares.append(float(np.sum(tpot_w * met)) / float(tpot_w.sum()))
+        if self.bounded and shares:
+            # Whatever the joint distribution, the share meeting both SLOs is at most the
+            # smaller target's share and at least their sum less 1. The ratios' product can
+            # leave those bounds where the forecast's misses of the two targets overlap and
+            # were far off (the demo's first minutes: forecast 5 % meeting, measured 82 % and
+            # 95 % per target, and the product read all meeting).
+            measured = min(max(measured, sum(shares) - (len(shares) - 1)), min(shares))
         return forecast - min(1.0, measured)
 
 

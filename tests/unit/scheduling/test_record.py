@@ -118,3 +118,22 @@ def test_the_correction_moves_the_pools_level_and_keeps_the_forecast_beside_it()
     record = LevelRecord()
     record.add(0.0, down)
     assert record.ticks[-1].meeting == pytest.approx(0.9)
+
+
+def test_the_measured_joint_share_stays_within_what_the_targets_allow() -> None:
+    """Far-off forecasts whose misses overlap: the ratios' product reads all meeting, more than
+    either target measured. The joint share is at most the smaller target's share and at least
+    their sum less 1."""
+    ticks = sat(0.04, ttft=0.05, tpot=0.6)
+    samples = outcomes(_mix(10.0, 100, 18, 1000.0), _mix(10.0, 100, 5, 100.0))
+    bounded, product = LevelRecord(min_requests=50), LevelRecord(min_requests=50, bounded=False)
+    for record in (bounded, product):
+        record.add(0.0, ticks)
+    assert product.bias(200.0, samples, 1000.0, 100.0) == pytest.approx(0.04 - 1.0)
+    assert bounded.bias(200.0, samples, 1000.0, 100.0) == pytest.approx(0.04 - 0.82)
+    # Within the bounds the product stands: 0.8 x (0.81 / 0.9) x (0.85 / 0.85) = 0.72, in
+    # [0.81 + 0.85 - 1, 0.81].
+    inside = LevelRecord(min_requests=50)
+    inside.add(0.0, sat(0.8, ttft=0.9, tpot=0.85))
+    mild = outcomes(_mix(10.0, 100, 19, 1000.0), _mix(10.0, 100, 15, 100.0))
+    assert inside.bias(200.0, mild, 1000.0, 100.0) == pytest.approx(0.8 - 0.72)
