@@ -13,8 +13,10 @@ joined), so the share meeting *both* SLOs cannot be read from them. Each tick th
 keeps the share it forecast to meet each SLO alone (``Saturation.meeting_ttft``,
 ``meeting_tpot``); the record measures each target's share against its forecast, and the
 measured joint share is the forecast one scaled by both ratios (the forecast's own dependence
-between the two, which comes from the pods' load, kept). Checked offline on the joint share in
-the simulator first (docs/capacity.md, "A level corrected by its own record").
+between the two, which comes from the pods' load, kept), held within the bounds the measured
+shares set on any joint distribution. Checked offline on the joint share in the simulator
+first, then built and measured (docs/capacity.md, "A level corrected by its own record,
+built").
 """
 
 from __future__ import annotations
