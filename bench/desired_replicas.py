@@ -6,20 +6,29 @@ pool's samples (``backend.capacity.desired.estimate``: rebuild the requests, cal
 over the shipped profiles, bisect on the pod count) in CPU seconds of this one process.
 Target: within 60 s of one core. Prints JSON.
 
+With ``--wire`` the estimate reads the samples as ``bench/replay_fidelity.py`` builds them
+(``stored``: as the service stores them; ``unpaired``: as the product read them before each
+request's two samples were matched, every answer's length unknown). With ``--truth`` it also
+bisects the window's true requests on the true pod (the same router, target, plateau and seed):
+the count the estimate should find.
+
     .venv/bin/python bench/desired_replicas.py [--trace mooncake-conversation --load 0.5]
+        [--start 0 --seed 0 --wire stored --truth]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
 from _common import machine
+from replay_fidelity import WIRES, wire_rows
 
 from backend.capacity.desired import estimate
 from backend.settings import CapacitySettings
-from backend.sim.fromsamples import record, rows_from_observations
+from backend.sim.fromsamples import PodModel, desired_replicas, record
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces.loader import load_trace
 
@@ -33,11 +42,16 @@ def main() -> None:
     ap.add_argument("--lookback", type=float, default=300.0, help="the job's default window")
     ap.add_argument("--target", type=float, default=0.95)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--start", type=float, default=0.0, help="the window's start in the trace, s")
+    ap.add_argument("--seed", type=int, default=0, help="the recorded run's seed")
+    ap.add_argument("--wire", choices=WIRES, default="stored")
+    ap.add_argument("--truth", action="store_true", help="also bisect the true requests")
     args = ap.parse_args()
     settings = CapacitySettings(desired_lookback_s=args.lookback)
-    trace = load_trace(args.trace).scaled(args.load).window(0.0, args.lookback)
-    _, observations = record(trace, args.pods, args.gpu, settings.desired_router, DEFAULT_SLO)
-    rows = rows_from_observations(observations)
+    trace = load_trace(args.trace).scaled(args.load).window(args.start, args.start + args.lookback)
+    router = settings.desired_router
+    _, observations = record(trace, args.pods, args.gpu, router, DEFAULT_SLO, args.seed)
+    rows = wire_rows(observations, args.wire)
     runs = []
     for _ in range(args.repeat):
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -54,8 +68,30 @@ def main() -> None:
                 "scale": round(est.scale, 3),
                 "calibration_error": round(est.calibration_error, 4),
                 "simulations": est.simulations,
+                "outputs_paired": est.workload.paired_outputs,
+                "mean_output": round(float(est.workload.trace.output_tokens.mean()), 1),
             }
         )
+    truth = None
+    if args.truth:
+        # The arrivals as the recorded run had them (tied stamps spread with its seed), at the
+        # rate the estimate replayed (its forecast with the default lead).
+        load = est.rate_rps / est.workload.rate_rps
+        arrived = trace.spread_ties(args.seed)
+        true = desired_replicas(
+            dataclasses.replace(est.workload, trace=arrived.scaled(load) if load != 1 else arrived),
+            PodModel(args.gpu),
+            router,
+            DEFAULT_SLO,
+            args.target,
+            max_replicas=settings.desired_max_replicas,
+        )
+        truth = {
+            "replicas": true.replicas,
+            "met": true.met,
+            "attainment": round(true.attainment, 4),
+            "load": round(load, 4),
+        }
     print(
         json.dumps(
             {
@@ -66,6 +102,11 @@ def main() -> None:
                 "true_gpu": args.gpu,
                 "lookback_s": args.lookback,
                 "samples": len(rows),
+                "start_s": args.start,
+                "seed": args.seed,
+                "wire": args.wire,
+                "true_mean_output": round(float(trace.output_tokens.mean()), 1),
+                "truth": truth,
                 "router": settings.desired_router,
                 "target": args.target,
                 "runs": runs,

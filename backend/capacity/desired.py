@@ -37,12 +37,13 @@ from backend.sim.fromsamples import (
     calibrate,
     estimate_replicas,
 )
+from backend.sim.pairing import DISPATCH_LOAD
 from backend.sim.view import Slo
 from backend.transactions import write
 
 log = logging.getLogger("headroom.capacity")
 
-_FEATURES = len(RECENT_COLUMNS) - RECENT_COLUMNS.index("kv_cache_percentage")
+_LOAD = RECENT_COLUMNS.index(DISPATCH_LOAD[0])
 
 
 def sample_rows(raw: list[tuple[object, ...]]) -> list[SampleRow]:
@@ -60,7 +61,7 @@ def sample_rows(raw: list[tuple[object, ...]]) -> list[SampleRow]:
                 float(prefix),  # type: ignore[arg-type]
                 pod if isinstance(pod, str) else None,
                 pod_class if isinstance(pod_class, str) else None,
-                key=r[-_FEATURES:],
+                key=tuple(r[_LOAD : _LOAD + len(DISPATCH_LOAD)]),
                 prefix_group=group if isinstance(group, str) else None,
             )
         )

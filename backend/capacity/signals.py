@@ -21,6 +21,7 @@ from backend.samples.models import TargetCode
 from backend.scheduling.record import Outcomes
 from backend.scheduling.saturation import Arrivals, Representative, Served
 from backend.scheduling.types import Candidate, Role
+from backend.sim.pairing import DISPATCH_LOAD, Pairing, answer_length
 
 # Arrival times kept per pool at most (a minute's worth of reads at the profile's row limit).
 MAX_ARRIVALS_KEPT = 16_384
@@ -83,6 +84,8 @@ class PoolSignals:
     # observation where the sample carries no length; TPOT ms), read into arrays every tick.
     ttft_outcomes: deque[tuple[float, float, float]] = field(init=False)
     tpot_outcomes: deque[tuple[float, float]] = field(init=False)
+    # Open TTFT samples, to match each TPOT sample to its request's (backend/sim/pairing.py).
+    pairing: Pairing[None] = field(init=False)
     arrival_weight: float = 1.0
     """Requests each TTFT row read now stands for: more than 1 when a tick's read was cut to
     the newest rows (set by the monitor from the count of the pool's TTFT rows)."""
@@ -94,6 +97,7 @@ class PoolSignals:
         self.served_tpot = deque(maxlen=MAX_ARRIVALS_KEPT)
         self.ttft_outcomes = deque(maxlen=MAX_ARRIVALS_KEPT)
         self.tpot_outcomes = deque(maxlen=MAX_ARRIVALS_KEPT)
+        self.pairing = Pairing(max_open=MAX_ARRIVALS_KEPT)
 
     def add(self, row: Any, *, profile: bool = True, gauges: bool = True) -> None:
         if profile:
@@ -104,6 +108,13 @@ class PoolSignals:
                 self.arrivals.append((arrived, self.arrival_weight, held, row.latency_ms / 1000.0))
                 self.ttft_outcomes.append(
                     (arrived.timestamp(), self.arrival_weight, row.latency_ms)
+                )
+                self.pairing.first_token(
+                    _utc(row.observed_at).timestamp(),
+                    row.pod,
+                    row.input_token_length,
+                    _load(row),
+                    None,
                 )
             else:
                 self._tpot(row, held)
@@ -130,20 +141,27 @@ class PoolSignals:
 
     def _tpot(self, row: Any, held: float) -> None:
         observed = _utc(row.observed_at)
+        done_s = observed.timestamp()
         tokens = row.num_tokens_generated
+        if not row.latency_ms > 0:
+            return
+        # Its request's TTFT sample dates its first token. Upstream's EPP sends one TPOT sample
+        # at the end of a streamed answer with num_tokens_generated 0 (1 in some versions), so
+        # that is the only way its length is known.
+        match = self.pairing.done(done_s, row.pod, row.input_token_length, _load(row))
         if tokens > 1:  # the answer's length, as Headroom's own clients send it
-            decode = timedelta(milliseconds=row.latency_ms * (tokens - 1))
-            self.tpot_outcomes.append(((observed - decode).timestamp(), row.latency_ms))
-        elif row.latency_ms > 0:
-            # Upstream's EPP sends one TPOT sample at the end of a streamed answer with
-            # num_tokens_generated 0 (1 in some versions): its length, and so its first token,
-            # is not known. The record takes it at its end, later than its arrival by the
-            # request's latency (measured in the simulator: docs/capacity.md, on the record).
-            self.tpot_outcomes.append((observed.timestamp(), row.latency_ms))
-        if tokens > 0:
+            first_s = done_s - row.latency_ms * (tokens - 1) / 1000.0
+        elif match is not None:
+            first_s = match[0]
+            tokens = answer_length(first_s, done_s, row.latency_ms)
+        else:
+            # Matched to no TTFT sample (lost, or cut from a tick's read): the record takes it
+            # at its end, later than its first token by the decode (docs/capacity.md).
+            first_s = done_s
+        self.tpot_outcomes.append((first_s, row.latency_ms))
+        if tokens > 1:  # one token has no time between tokens
             self.output_tokens.append(tokens)
-            if tokens > 1:  # one token has no time between tokens
-                self.served_tpot.append((observed, held, row.latency_ms / 1000.0))
+            self.served_tpot.append((observed, held, row.latency_ms / 1000.0))
 
     def recent_arrivals(self, now: datetime, window_s: float) -> Arrivals:
         """The requests that arrived over the last ``window_s``, with the mean output length
@@ -177,6 +195,10 @@ class PoolSignals:
         fresh = sorted((p for p in self.pods.values() if p.observed_at >= cutoff), key=_name)
         stale = sorted(p.name for p in self.pods.values() if p.observed_at < cutoff)
         return fresh, stale
+
+
+def _load(row: Any) -> tuple[int, ...]:
+    return tuple(int(getattr(row, name)) for name in DISPATCH_LOAD)
 
 
 def _utc(moment: datetime) -> datetime:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from backend.predictor.gate import WindowRows
 from backend.samples.models import WINDOW_FEATURES, Sample, TargetCode, WindowFlush
 from backend.samples.schemas import POD_TYPE_NAMES
+from backend.sim.pairing import DISPATCH_LOAD
 
 assert POD_TYPE_NAMES[0] == ""  # pod_type is stored as its code, which is what features expect
 
@@ -254,10 +255,10 @@ RECENT_COLUMNS = (
     "pod",
     "pod_class",
     "prefix_group",
-    *WINDOW_FEATURES,
+    *DISPATCH_LOAD,
 )
 """What `recent_samples` returns per row: enough to rebuild the requests (backend/sim/
-fromsamples.py) and to pair a request's TTFT and TPOT rows on their dispatch-time features."""
+fromsamples.py) and to match a request's TTFT and TPOT rows (backend/sim/pairing.py)."""
 
 
 def recent_samples(

@@ -10,8 +10,10 @@ What the wire gives and how each part of the workload is read from it:
   sample's time minus its TTFT.
 * **Prompt lengths**: ``input_token_length`` of the TTFT sample.
 * **Output lengths**: an EPP posts a request's TTFT sample (at the first token) and its TPOT
-  sample (at completion) with the same dispatch-time features and pod, so the two are paired
-  on (pod, features); then ``output = 1 + (t_done - t_first) / tpot``. A TTFT sample with no
+  sample (at completion) from the same pod, prompt and dispatch-time load, but with other
+  fields that differ (upstream's TPOT sample: prefix score 0, refreshed gauges, no length), so
+  the two are matched on what they share (``backend/sim/pairing.py``); then
+  ``output = 1 + (t_done - t_first) / tpot``. A TTFT sample with no
   partner (a one-token answer, a P/D request whose phases ran on two pods, a dropped sample)
   gets a length drawn from the paired lengths (``Workload.drawn_outputs`` counts them).
 * **Prefix reuse**: the prefix score says how much of the prompt was cached where it ran. With
@@ -26,7 +28,6 @@ What the wire gives and how each part of the workload is read from it:
 from __future__ import annotations
 
 import math
-from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
@@ -38,6 +39,7 @@ from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.gpu import available_profiles, load_profile
 from backend.sim.online import FIELDS
+from backend.sim.pairing import DISPATCH_LOAD, Pairing, answer_length
 from backend.sim.pool import build_pool
 from backend.sim.replay import Observation, Recorder
 from backend.sim.report import met_slo, summarize
@@ -72,7 +74,9 @@ class SampleRow:
     prefix_score: float  # share of the prompt cached on the pod that served it
     pod: str | None
     pod_class: str | None = None
-    key: Hashable = ()  # the dispatch-time features: equal for a request's TTFT and TPOT rows
+    # The dispatch-time load both of a request's samples carry (``DISPATCH_LOAD``'s fields); it
+    # tells apart open requests of one pod and prompt length (backend/sim/pairing.py).
+    key: Hashable = ()
     prefix_group: str | None = None
 
 
@@ -105,6 +109,7 @@ class Workload:
 
 
 _INPUT, _PREFIX = FIELDS.index("input_token_length"), FIELDS.index("prefix_cache_score")
+_LOAD: Final = tuple(FIELDS.index(name) for name in DISPATCH_LOAD)
 
 
 def rows_from_observations(observations: Sequence[Observation]) -> list[SampleRow]:
@@ -118,7 +123,7 @@ def rows_from_observations(observations: Sequence[Observation]) -> list[SampleRo
             int(o.row[_INPUT]),
             float(o.row[_PREFIX]),
             o.pod,
-            key=tuple(o.row),
+            key=tuple(int(o.row[i]) for i in _LOAD),
         )
         for o in observations
     ]
@@ -158,17 +163,7 @@ def build_workload(rows: Sequence[SampleRow], seed: int = 0, donors: Donors = "r
     tpot = sorted((r for r in rows if r.target == "tpot"), key=lambda r: r.time_s)
     if not ttft:
         raise ValueError("no TTFT sample: nothing to replay")
-    # Pair each TPOT sample with the oldest open TTFT sample of the same (pod, features).
-    open_: dict[tuple[str | None, Hashable], deque[int]] = defaultdict(deque)
-    outputs = np.zeros(len(ttft), np.int64)
-    tpot_i = 0
-    for i, r in enumerate(ttft):
-        while tpot_i < len(tpot) and tpot[tpot_i].time_s < r.time_s:
-            _pair(tpot[tpot_i], open_, ttft, outputs)
-            tpot_i += 1
-        open_[(r.pod, r.key)].append(i)
-    for t in tpot[tpot_i:]:
-        _pair(t, open_, ttft, outputs)
+    outputs = answer_lengths(ttft, tpot)
     paired = outputs > 0
     rng = np.random.default_rng(seed)
     pool = outputs[paired]
@@ -202,18 +197,26 @@ def build_workload(rows: Sequence[SampleRow], seed: int = 0, donors: Donors = "r
     )
 
 
-def _pair(
-    t: SampleRow,
-    open_: dict[tuple[str | None, Hashable], deque[int]],
-    ttft: Sequence[SampleRow],
-    outputs: np.ndarray,
-) -> None:
-    queue = open_.get((t.pod, t.key))
-    if not queue or not t.latency_ms > 0:
-        return
-    i = queue.popleft()
-    gap_ms = (t.time_s - ttft[i].time_s) * 1000.0
-    outputs[i] = 1 + max(1, round(gap_ms / t.latency_ms))
+def answer_lengths(ttft: Sequence[SampleRow], tpot: Sequence[SampleRow]) -> np.ndarray:
+    """Each TTFT row's answer length, from its request's TPOT row (backend/sim/pairing.py);
+    0 where none was matched. Both sequences sorted by time."""
+    pairing: Pairing[int] = Pairing()
+    outputs = np.zeros(len(ttft), np.int64)
+
+    def close(t: SampleRow) -> None:
+        match = pairing.done(t.time_s, t.pod, t.input_tokens, t.key) if t.latency_ms > 0 else None
+        if match is not None:
+            outputs[match[1]] = answer_length(match[0], t.time_s, t.latency_ms)
+
+    tpot_i = 0
+    for i, r in enumerate(ttft):
+        while tpot_i < len(tpot) and tpot[tpot_i].time_s < r.time_s:
+            close(tpot[tpot_i])
+            tpot_i += 1
+        pairing.first_token(r.time_s, r.pod, r.input_tokens, r.key, i)
+    for t in tpot[tpot_i:]:
+        close(t)
+    return outputs
 
 
 Donors = Literal["reused", "recent"]

@@ -308,6 +308,9 @@ def test_pool_replay_is_the_default_on_a_pool_with_traffic(open_embedded: TestCl
     replay = workload["replay"]
     assert replay["pods"] == 2 and replay["requests"] >= (TINY.seeds + 1) * TINY.requests
     assert replay["outputs_paired"] + replay["outputs_drawn"] == replay["requests"]
+    # Every request of these answered in more than one token: each one's TPOT sample is
+    # matched to its TTFT sample, none is drawn (backend/sim/pairing.py).
+    assert replay["outputs_drawn"] == 0
     assert (
         f"{replay['outputs_drawn']} of {replay['requests']} output lengths drawn"
         in (workload["label"])

@@ -18,7 +18,13 @@ from backend.capacity.desired import history, recent_rows, refresh_all
 from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.samples.models import Sample
 from backend.settings import CapacitySettings
-from backend.sim.fromsamples import SampleRow, current_load, forecast_load, record
+from backend.sim.fromsamples import (
+    SampleRow,
+    build_workload,
+    current_load,
+    forecast_load,
+    record,
+)
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces import load_trace
 from backend.sim.traces.loader import Trace
@@ -245,3 +251,37 @@ def test_the_policys_plateau_chooses_how_close_to_the_most_pods_the_count_aims(
         response = client.put("/v1/policies/1", json={"desired_plateau": bad})
         assert response.status_code == 422 and "desired_plateau" in response.text
     assert client.get("/v1/policies/1").json()["spec"]["desired_plateau"] == 0.5
+
+
+@pytest.mark.parametrize("shape", ["headroom", "upstream"])
+def test_stored_samples_give_each_request_its_answers_length(
+    client: TestClient, shape: str
+) -> None:
+    """The replay (desired replicas' and the advisor's) reads each answer's length from the
+    pair of samples its EPP posted and the database stored. Headroom's samples differ in
+    num_tokens_generated; upstream's TPOT sample also has prefix score 0 and KV and queue
+    gauges refreshed at the end (docs/capacity.md)."""
+    runtime = runtime_of(client)
+    trace = load_trace("mooncake-conversation").scaled(1.0).window(0.0, 60.0)
+    trace = trace.select(trace.output_tokens > 1)  # each request posts both samples
+    samples = epp_samples(trace=trace)
+    for s in samples:
+        s.pop("prefix_group")
+        if shape == "upstream" and s["actual_tpot_ms"] > 0:
+            s.update(
+                num_tokens_generated=0,
+                prefix_cache_score=0.0,
+                kv_cache_percentage=min(1.0, s["kv_cache_percentage"] + 0.1),
+                num_request_waiting=s["num_request_waiting"] + 1,
+            )
+    post(client, samples)
+    with runtime.sessions() as session:
+        rows = recent_rows(session, 1, runtime.settings.capacity, datetime.now(UTC))
+    replay = build_workload(rows)
+    ttft = sum(s["actual_ttft_ms"] > 0 for s in samples)
+    tpot = sum(s["actual_tpot_ms"] > 0 for s in samples)
+    assert len(replay.trace) == ttft > 100
+    assert replay.paired_outputs == tpot == ttft  # every request is matched
+    # Each length is the true one, give or take rounding and the stored time's precision.
+    replayed, true = np.sort(replay.trace.output_tokens), np.sort(trace.output_tokens)
+    assert np.abs(replayed - true).max() <= max(2, 0.01 * true.max())

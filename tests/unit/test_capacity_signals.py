@@ -112,7 +112,8 @@ def test_arrivals_are_the_ttft_rows_less_their_ttft_over_the_last_window() -> No
         [
             row(1, "a", NOW - timedelta(seconds=70), latency_ms=1000.0),  # arrived 71 s ago
             row(2, "a", NOW - timedelta(seconds=30), latency_ms=2000.0),  # 32 s ago
-            row(3, "a", NOW - timedelta(seconds=30), target=TargetCode.TPOT),  # not an arrival
+            # Not an arrival; with no length and no TTFT sample of its prompt, no length either.
+            row(3, "a", NOW - timedelta(seconds=30), target=TargetCode.TPOT, input_token_length=9),
             row(4, "a", NOW - timedelta(seconds=10), latency_ms=0.0, num_tokens_generated=0),
             row(5, "a", NOW, target=TargetCode.TPOT, num_tokens_generated=40),
             row(6, "a", NOW, target=TargetCode.TPOT, num_tokens_generated=20),
@@ -160,7 +161,8 @@ def test_the_samples_of_the_window_are_what_the_pool_served_by_the_requests_on_i
 def test_the_records_outcomes_are_read_back_from_the_samples() -> None:
     """A TTFT sample stands for a request that arrived its TTFT before it was observed; a TPOT
     sample for one whose first token came its decode (TPOT x the further tokens) before. An
-    upstream EPP's TPOT sample carries no length (0, or 1 in some versions): it is taken at its
+    upstream EPP's TPOT sample carries no length (0, or 1 in some versions): matched to no TTFT
+    sample (here the one TTFT sample is the first TPOT sample's request's), it is taken at its
     end."""
     signals: dict[int, PoolSignals] = {}
     apply(
@@ -180,6 +182,37 @@ def test_the_records_outcomes_are_read_back_from_the_samples() -> None:
     assert held.tpot_at_s.tolist() == [first, NOW.timestamp(), NOW.timestamp()]
     assert held.tpot_ms.tolist() == [20.0, 30.0, 40.0]
     # The replay's output length and latency still take only what a length makes known.
-    assert list(signals[1].output_tokens) == [11, 1]
+    assert list(signals[1].output_tokens) == [11]
     assert [s for _, _, s in signals[1].served_tpot] == [0.02]
     assert PoolSignals(10).outcomes().ttft_at_s.size == 0  # nothing held: empty, not an error
+
+
+def test_an_upstream_tpot_sample_is_matched_to_its_requests_ttft_sample() -> None:
+    """Upstream's EPP posts a streamed request's TTFT sample at its first token and its TPOT
+    sample at its end with no length, prefix score 0 and refreshed KV and queue gauges, but the
+    same pod, prompt length and dispatch-time load: the match dates its first token and gives
+    its length, (end - first token) / TPOT + 1."""
+    signals: dict[int, PoolSignals] = {}
+    first = NOW - timedelta(seconds=10)
+    upstream = {"num_tokens_generated": 0, "prefix_cache_score": 0.0, "kv_cache_percentage": 0.9}
+    apply(
+        signals,
+        [
+            row(1, "a", first - timedelta(seconds=5), num_request_running=4),  # its own TPOT lost
+            row(2, "a", first, num_request_running=7),
+            row(3, "b", first),  # another pod's
+            # 10 s of decode at 50 ms a token after the first: 201 tokens.
+            row(4, "a", NOW, TargetCode.TPOT, latency_ms=50.0, num_request_running=7, **upstream),
+            # Nothing else of its pod and prompt is open: the older request, load aside.
+            row(5, "a", NOW, TargetCode.TPOT, latency_ms=100.0, num_request_running=2, **upstream),
+            row(6, "a", NOW, TargetCode.TPOT, latency_ms=100.0, **upstream),  # nothing left
+        ],
+        profile_size=10,
+    )
+    pool = signals[1]
+    assert list(pool.output_tokens) == [201, 151]
+    held = pool.outcomes()
+    older = (first - timedelta(seconds=5)).timestamp()
+    assert held.tpot_at_s.tolist() == [first.timestamp(), older, NOW.timestamp()]
+    assert [s for _, _, s in pool.served_tpot] == [0.05, 0.1]
+    assert len(pool.pairing) == 1  # pod b's request is still open

@@ -1,0 +1,54 @@
+"""A request's TPOT sample matched to its TTFT sample (backend/sim/pairing.py)."""
+
+from __future__ import annotations
+
+from backend.sim.pairing import Pairing, answer_length
+
+
+def test_the_oldest_open_sample_of_the_pod_prompt_and_load_is_matched_first() -> None:
+    p: Pairing[str] = Pairing()
+    p.first_token(1.0, "a", 100, (4, 0), "older, other load")
+    p.first_token(2.0, "a", 100, (7, 0), "same load")
+    p.first_token(3.0, "a", 100, (7, 0), "same load, newer")
+    p.first_token(1.5, "b", 100, (7, 0), "other pod")
+    p.first_token(1.5, "a", 200, (7, 0), "other prompt")
+    assert p.done(9.0, "a", 100, (7, 0)) == (2.0, "same load")
+    assert p.done(9.0, "a", 100, (7, 0)) == (3.0, "same load, newer")
+    # No open sample of its load left: the oldest of its pod and prompt.
+    assert p.done(9.0, "a", 100, (7, 0)) == (1.0, "older, other load")
+    assert p.done(9.0, "a", 100, (7, 0)) is None
+    assert len(p) == 2
+
+
+def test_a_first_token_after_the_answers_end_is_another_requests() -> None:
+    p: Pairing[int] = Pairing()
+    p.first_token(5.0, "a", 100, (), 1)
+    assert p.done(4.0, "a", 100, ()) is None
+    assert p.done(6.0, "a", 100, ()) == (5.0, 1)
+
+
+def test_samples_left_open_too_long_or_beyond_the_bound_are_dropped() -> None:
+    p: Pairing[int] = Pairing(open_for_s=60.0, max_open=3)
+    p.first_token(0.0, "a", 1, (), 0)
+    p.first_token(10.0, "a", 2, (), 1)
+    p.first_token(70.0, "a", 3, (), 2)  # the first is now more than 60 s old
+    assert len(p) == 2
+    assert p.done(80.0, "a", 1, ()) is None
+    p.first_token(71.0, "a", 4, (), 3)
+    p.first_token(72.0, "a", 5, (), 4)  # four open: the oldest goes
+    assert len(p) == 3
+    assert p.done(80.0, "a", 2, ()) is None
+    assert p.done(80.0, "a", 5, ()) == (72.0, 4)
+
+
+def test_a_matched_sample_is_not_dropped_again() -> None:
+    p: Pairing[int] = Pairing(open_for_s=10.0)
+    p.first_token(0.0, "a", 1, (), 0)
+    assert p.done(1.0, "a", 1, ()) == (0.0, 0)
+    p.first_token(20.0, "a", 2, (), 1)  # prunes past the matched one without counting it
+    assert len(p) == 1
+
+
+def test_the_answers_length_is_its_decode_over_its_tpot_plus_the_first_token() -> None:
+    assert answer_length(10.0, 20.0, 50.0) == 201
+    assert answer_length(10.0, 10.0, 50.0) == 2  # a TPOT sample is only sent for 2 or more
