@@ -130,7 +130,8 @@ def probe_run(suite_name: str, args: argparse.Namespace, load: float, seed: int)
         served=not args.no_served,
         future_s=args.future,
         record=_record(not args.record_product) if args.record else None,
-        tpot_at_end=args.tpot_at_end,
+        tpot_at_end=args.tpot_at_end or args.lengths_unknown,
+        lengths=not args.lengths_unknown,
     )
     pods = list(range(len(sim.servers)))
     span = float(sim.trace.arrival_s[-1])
@@ -326,7 +327,15 @@ def main() -> None:
         "--tpot-at-end",
         action="store_true",
         help="the record takes each TPOT outcome at the answer's end, as the service takes an "
-        "upstream EPP's TPOT sample (no length); default: at its first token",
+        "upstream EPP's TPOT sample matched to no TTFT sample (no length); default: at its "
+        "first token",
+    )
+    parser.add_argument(
+        "--lengths-unknown",
+        action="store_true",
+        help="no answer's length known (mean output 1, no TPOT seconds; TPOT outcomes at the "
+        "end): the level as the service read an unchanged EPP's samples before each request's "
+        "two were matched (backend/sim/pairing.py), for A/B",
     )
     parser.add_argument(
         "--also-every",

@@ -580,6 +580,7 @@ class Probe:
         future_s: float = 0.0,
         record: LevelRecord | None = None,
         tpot_at_end: bool = False,
+        lengths: bool = True,
     ) -> None:
         self.sim, self.router = sim, router
         self.profile_size, self.representatives = profile_size, representatives
@@ -607,6 +608,10 @@ class Probe:
         # EPP's TPOT sample (it carries no length); False: at the first token, as it takes one
         # that carries the length.
         self.tpot_at_end = tpot_at_end
+        # False: no answer's length known (mean output 1, no TPOT sample's seconds), as the
+        # service read an unchanged EPP's samples before each request's two were matched
+        # (backend/sim/pairing.py); for A/B.
+        self.lengths = lengths
 
     def _by(self, moments: FloatArray, now: float) -> npt.NDArray[np.intp]:
         """The requests whose sample the service holds at ``now`` (``moments``: when each is
@@ -626,6 +631,8 @@ class Probe:
         """The mean output length of the newest ``profile_size`` finished requests (the
         service's TPOT samples); 1 with none."""
         newest = self._by(self.sim._done, now)[-self.profile_size :]
+        if not self.lengths:
+            return 1.0
         return float(self.sim.trace.output_tokens[newest].mean()) if newest.size else 1.0
 
     def arrivals_at(self, now: float) -> Arrivals | None:
@@ -680,7 +687,7 @@ class Probe:
             finished = np.flatnonzero((done[:hi] > start) & (done[:hi] <= now))
         for i in finished.tolist():
             route, out = sim.routes[i], int(trace.output_tokens[i])
-            if route is not None and route.tpot_row is not None and out > 1:
+            if route is not None and route.tpot_row is not None and out > 1 and self.lengths:
                 held = route.tpot_row[_RUNNING] + route.tpot_row[_WAITING]
                 tpot.append((float(held), float(done[i] - first[i]) / (out - 1)))
         return Served(tuple(ttft), tuple(tpot))

@@ -285,3 +285,9 @@ def test_stored_samples_give_each_request_its_answers_length(
     # Each length is the true one, give or take rounding and the stored time's precision.
     replayed, true = np.sort(replay.trace.output_tokens), np.sort(trace.output_tokens)
     assert np.abs(replayed - true).max() <= max(2, 0.01 * true.max())
+    # The saturation level's live profile reads the same lengths from the same match.
+    runtime.capacity.refresh()
+    live = runtime.capacity._signals[1]
+    assert tpot <= runtime.settings.capacity.profile_size  # every length kept
+    kept = np.sort(np.array(live.output_tokens))
+    assert kept.size == tpot and np.abs(kept - true).max() <= max(2, 0.01 * true.max())
