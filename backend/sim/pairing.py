@@ -41,7 +41,7 @@ MAX_OPEN: Final = 1 << 16
 """Open TTFT samples kept at most (the oldest go first)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # by identity: two requests' samples may hold equal values
 class _Open(Generic[Ref]):
     time_s: float
     load: Hashable

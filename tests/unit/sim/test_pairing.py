@@ -52,3 +52,13 @@ def test_a_matched_sample_is_not_dropped_again() -> None:
 def test_the_answers_length_is_its_decode_over_its_tpot_plus_the_first_token() -> None:
     assert answer_length(10.0, 20.0, 50.0) == 201
     assert answer_length(10.0, 10.0, 50.0) == 2  # a TPOT sample is only sent for 2 or more
+
+
+def test_requests_whose_samples_hold_equal_values_are_matched_one_each() -> None:
+    p: Pairing[None] = Pairing(open_for_s=10.0)
+    p.first_token(0.0, "a", 1, (2, 0), None)
+    p.first_token(0.0, "a", 1, (2, 0), None)
+    assert p.done(1.0, "a", 1, (2, 0)) == (0.0, None)
+    p.first_token(20.0, "a", 2, (), None)  # the other one ages out, the new one stays
+    assert len(p) == 1
+    assert p.done(21.0, "a", 1, (2, 0)) is None
