@@ -80,8 +80,9 @@ class PoolSignals:
     arrivals: deque[tuple[datetime, float, float, float]] = field(init=False)
     served_tpot: deque[tuple[datetime, float, float]] = field(init=False)
     # The same samples for the level's record, as plain numbers (seconds since the epoch):
-    # (arrival, weight, TTFT ms) and (first token: the observation less the decode, or the
-    # observation where the sample carries no length; TPOT ms), read into arrays every tick.
+    # (arrival, weight, TTFT ms) and (first token: the observation less the decode where the
+    # sample carries its length, else its matched TTFT sample's time, else the observation;
+    # TPOT ms), read into arrays every tick.
     ttft_outcomes: deque[tuple[float, float, float]] = field(init=False)
     tpot_outcomes: deque[tuple[float, float]] = field(init=False)
     # Open TTFT samples, to match each TPOT sample to its request's (backend/sim/pairing.py).
