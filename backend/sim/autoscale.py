@@ -630,9 +630,9 @@ class Probe:
     def _output_tokens(self, now: float) -> float:
         """The mean output length of the newest ``profile_size`` finished requests (the
         service's TPOT samples); 1 with none."""
-        newest = self._by(self.sim._done, now)[-self.profile_size :]
         if not self.lengths:
             return 1.0
+        newest = self._by(self.sim._done, now)[-self.profile_size :]
         return float(self.sim.trace.output_tokens[newest].mean()) if newest.size else 1.0
 
     def arrivals_at(self, now: float) -> Arrivals | None:
