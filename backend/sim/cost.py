@@ -6,7 +6,9 @@ same functions once on dense grids and answers from Python lists. The grids are 
 token counts for the linear layers and the LM head (the only arguments the simulator passes);
 prefill attention is interpolated linearly between 16-token knots (relative error below 1e-3
 past 64 tokens, exact below 16); decode attention is memoised at 32-token resolution of the
-mean KV length. ``tests/unit/sim/test_cost.py`` checks the tables against the profile.
+mean KV length (one memo per profile, shared by every pod of every simulation); a decode run's
+attention comes from ``GpuProfile.decode_attention_run``, the profile's grid without its
+per-call set-up. ``tests/unit/sim/test_cost.py`` checks the tables against the profile.
 
 ``decode_scale`` and ``prefill_scale`` multiply the decode and the prefill share of every
 iteration (for a sensitivity check of the cost model; 1.0 is the measured profile). In a mixed
@@ -17,12 +19,22 @@ iteration's LM head and overhead count as prefill).
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from backend.sim.gpu import FloatArray, GpuProfile
 
 _KNOT = 16
 _KV_RES_SHIFT = 5  # decode attention memoised per 32 tokens of mean KV length
+_DECODE_MEMO_MAX = 200_000
+
+_decode_memos: weakref.WeakKeyDictionary[GpuProfile, dict[tuple[int, int], float]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per profile, decode attention by (batch, mean KV bucket): shared by every ``StepCost`` of the
+profile (the values do not depend on the scales), so a calibration's dozens of simulations and
+each one's pods fill it once instead of each pod again."""
 
 
 class StepCost:
@@ -62,7 +74,7 @@ class StepCost:
         self._read_small: list[float] = profile.decode_attention(
             1.0, np.maximum(small, 1.0)
         ).tolist()
-        self._decode_memo: dict[tuple[int, int], float] = {}
+        self._decode_memo = _decode_memos.setdefault(profile, {})
 
     @staticmethod
     def _lookup(table: list[float], small: list[float], x: int) -> float:
@@ -92,7 +104,7 @@ class StepCost:
         if ms is None:
             kv = float((key[1] << _KV_RES_SHIFT) + (1 << (_KV_RES_SHIFT - 1)))
             ms = float(self.profile.decode_attention_ms(batch, kv))
-            if len(self._decode_memo) > 200_000:
+            if len(self._decode_memo) > _DECODE_MEMO_MAX:
                 self._decode_memo.clear()
             self._decode_memo[key] = ms
         return ms
@@ -134,7 +146,7 @@ class StepCost:
         base = self._linear[batch] + self._lm_head[batch] + self._overhead
         base += self._overhead_per_seq * batch
         mean = kv_tokens / batch + np.arange(steps, dtype=np.float64)
-        costs: FloatArray = base + self.profile.decode_attention_ms(batch, mean)
+        costs: FloatArray = base + self.profile.decode_attention_run(batch, mean)
         if self.decode_scale != 1.0:
             costs *= self.decode_scale
         return costs
