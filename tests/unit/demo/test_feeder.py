@@ -78,16 +78,23 @@ def _expected(demo: DemoPool, seed: int, ticks: int) -> list[Observation]:
     return [o for _ in range(ticks) for o in replay.advance(1.0 * demo.speed)]
 
 
+TICKS = 20
+"""Seconds of replay: Mooncake's 12k-token prompts reach their first tokens seconds after they
+arrive, and the pool's eight pods all serve some in 20 s."""
+
+
 def test_the_feeder_ingests_the_trace_replay_tick_by_tick(runtime: Runtime) -> None:
     assert DEMO_POOLS == (("default", "a100-llama3-8b"), ("h100", "h100-llama2-7b"))
     feeder = DemoFeeder(runtime)
     feeder.prepare()
-    added = [feeder.tick(1.0) for _ in range(8)]
-    assert all(n > 10 for n in added)  # samples in every tick, not in one burst
+    added = [feeder.tick(1.0) for _ in range(TICKS)]
+    # Samples in every tick, not in one burst (the first second has few: most of its requests
+    # are still before their first token).
+    assert all(n > 0 for n in added) and max(added) < sum(added) / 2
     for demo in DEMO_SETUP:
         replay = feeder.replays[demo.name]
-        assert replay.elapsed_s == pytest.approx(8 * demo.speed)  # in step with the ticks
-        expected = _expected(demo, feeder.seed, 8)
+        assert replay.elapsed_s == pytest.approx(TICKS * demo.speed)  # in step with the ticks
+        expected = _expected(demo, feeder.seed, TICKS)
         trace = load_trace(demo.replay.trace).scaled(demo.replay.load)
         for target in (TargetCode.TTFT, TargetCode.TPOT):
             want = [o for o in expected if o.target == target.label]
@@ -114,7 +121,7 @@ def test_the_feeder_ingests_the_trace_replay_tick_by_tick(runtime: Runtime) -> N
 def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) -> None:
     feeder = DemoFeeder(runtime)
     feeder.prepare()
-    for _ in range(12):
+    for _ in range(25):  # Mooncake's first answers take some 20 s in real time
         feeder.tick(1.0)
     settings = runtime.settings
     trainer = Trainer(
@@ -134,7 +141,7 @@ def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) ->
         assert isinstance(router, ServedRouting)
         routers[pool] = router
     before = {pool: (r.decisions, r.fallbacks) for pool, r in routers.items()}
-    for _ in range(10):
+    for _ in range(30):
         feeder.tick(1.0)
     for pool, _ in DEMO_POOLS:
         decisions, fallbacks = before[pool]
@@ -150,18 +157,18 @@ def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) ->
     h100 = _samples(runtime, "h100", TargetCode.TPOT)
     assert any(s.predicted_ms is not None for s in h100)
     # Every 10th request also ran on a copy of its pod at dispatch: the Models page's live
-    # error against what was knowable (Mooncake plays six times faster: past the lap's first
-    # minute by now; Azure's conversation trace in real time is not yet).
-    for _ in range(5):
-        feeder.tick(1.0)
+    # error against what was knowable, after each lap's first minute (both pools play in real
+    # time: Azure's conversation trace at 22 requests/s has its rows 10 s later, Mooncake's at
+    # 3.4 a second not yet).
+    assert feeder.knowable.summary("h100", "ttft") is None
+    for _ in range(6):
+        feeder.tick(5.0)
     with runtime.sessions() as session:
-        default = get_pool(session, "default")
-        view = models_view(
-            session, runtime.store, default, TargetCode.TTFT, knowable=feeder.knowable
-        )
+        h100 = get_pool(session, "h100")
+        view = models_view(session, runtime.store, h100, TargetCode.TTFT, knowable=feeder.knowable)
     assert view.knowable is not None and view.knowable.n >= MIN_ROWS
     assert 0.0 < view.knowable.floor.mape < view.knowable.live.mape
-    assert feeder.knowable.summary("h100", "ttft") is None
+    assert feeder.knowable.summary("default", "ttft") is None
 
 
 def test_a_policy_edit_changes_the_demo_routing(runtime: Runtime) -> None:
@@ -205,4 +212,5 @@ def test_the_feeder_thread_follows_the_wall_clock_and_never_runs_ahead(runtime: 
     for demo in DEMO_SETUP:
         assert 2.0 * demo.speed <= simulated(demo) <= wall * demo.speed + 1e-6
     with runtime.sessions() as session:
-        assert session.scalar(select(func.count()).select_from(Sample)) > 50
+        # Some 25 samples a second between the pools; the first second has fewer.
+        assert session.scalar(select(func.count()).select_from(Sample)) > 10
