@@ -44,6 +44,7 @@ from backend.transactions import write
 log = logging.getLogger("headroom.capacity")
 
 _LOAD = RECENT_COLUMNS.index(DISPATCH_LOAD[0])
+_POD_TYPE = RECENT_COLUMNS.index("pod_type")
 
 
 def sample_rows(raw: list[tuple[object, ...]]) -> list[SampleRow]:
@@ -63,6 +64,7 @@ def sample_rows(raw: list[tuple[object, ...]]) -> list[SampleRow]:
                 pod_class if isinstance(pod_class, str) else None,
                 key=tuple(r[_LOAD : _LOAD + len(DISPATCH_LOAD)]),
                 prefix_group=group if isinstance(group, str) else None,
+                pod_type=int(r[_POD_TYPE]),  # type: ignore[call-overload]
             )
         )
     return out

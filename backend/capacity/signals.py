@@ -116,6 +116,7 @@ class PoolSignals:
                     row.input_token_length,
                     _load(row),
                     None,
+                    row.pod_type,
                 )
             else:
                 self._tpot(row, held)
@@ -149,7 +150,7 @@ class PoolSignals:
         # Its request's TTFT sample dates its first token. Upstream's EPP sends one TPOT sample
         # at the end of a streamed answer with num_tokens_generated 0 (1 in some versions), so
         # that is the only way its length is known.
-        match = self.pairing.done(done_s, row.pod, row.input_token_length, _load(row))
+        match = self.pairing.done(done_s, row.pod, row.input_token_length, _load(row), row.pod_type)
         if tokens > 1:  # the answer's length, as Headroom's own clients send it
             first_s = done_s - row.latency_ms * (tokens - 1) / 1000.0
         elif match is not None:

@@ -256,6 +256,7 @@ RECENT_COLUMNS = (
     "pod_class",
     "prefix_group",
     *DISPATCH_LOAD,
+    "pod_type",
 )
 """What `recent_samples` returns per row: enough to rebuild the requests (backend/sim/
 fromsamples.py) and to match a request's TTFT and TPOT rows (backend/sim/pairing.py)."""

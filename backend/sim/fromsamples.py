@@ -78,6 +78,7 @@ class SampleRow:
     # tells apart open requests of one pod and prompt length (backend/sim/pairing.py).
     key: Hashable = ()
     prefix_group: str | None = None
+    pod_type: int = 0  # the wire's code: under P/D a request's two samples name two pods
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class Workload:
 
 _INPUT, _PREFIX = FIELDS.index("input_token_length"), FIELDS.index("prefix_cache_score")
 _LOAD: Final = tuple(FIELDS.index(name) for name in DISPATCH_LOAD)
+_POD_TYPE: Final = FIELDS.index("pod_type")
 
 
 def rows_from_observations(observations: Sequence[Observation]) -> list[SampleRow]:
@@ -124,6 +126,7 @@ def rows_from_observations(observations: Sequence[Observation]) -> list[SampleRo
             float(o.row[_PREFIX]),
             o.pod,
             key=tuple(int(o.row[i]) for i in _LOAD),
+            pod_type=int(o.row[_POD_TYPE]),
         )
         for o in observations
     ]
@@ -139,10 +142,12 @@ def record(
     *,
     prefill_scale: float = 1.0,
     decode_scale: float = 1.0,
+    pd: str | None = None,
 ) -> tuple[SimResult, list[Observation]]:
-    """Run ``trace`` on ``pods`` pods of ``gpu`` (its step costs scaled by the two factors)
-    routed by ``policy``: the outcome, and the samples an EPP would have posted meanwhile (the
-    loop check's and the benchmarks' source)."""
+    """Run ``trace`` on ``pods`` pods of ``gpu`` (its step costs scaled by the two factors;
+    ``pd``: a P/D split such as "4:4", ``build_pool``'s) routed by ``policy``: the outcome, and
+    the samples an EPP would have posted meanwhile (the loop check's and the benchmarks'
+    source)."""
     fabric = TransferConfig(kv_bytes_per_token=load_profile(gpu).kv_bytes_per_token)
     recorder = Recorder(make_policy(policy, fabric, seed))
     config = SimConfig(
@@ -152,7 +157,7 @@ def record(
         prefill_scale=prefill_scale,
         decode_scale=decode_scale,
     )
-    result = Simulation(trace, build_pool(pods, gpu), recorder, config).run()
+    result = Simulation(trace, build_pool(pods, gpu, pd), recorder, config).run()
     return result, recorder.take()
 
 
@@ -204,7 +209,11 @@ def answer_lengths(ttft: Sequence[SampleRow], tpot: Sequence[SampleRow]) -> np.n
     outputs = np.zeros(len(ttft), np.int64)
 
     def close(t: SampleRow) -> None:
-        match = pairing.done(t.time_s, t.pod, t.input_tokens, t.key) if t.latency_ms > 0 else None
+        match = (
+            pairing.done(t.time_s, t.pod, t.input_tokens, t.key, t.pod_type)
+            if t.latency_ms > 0
+            else None
+        )
         if match is not None:
             outputs[match[1]] = answer_length(match[0], t.time_s, t.latency_ms)
 
@@ -213,7 +222,7 @@ def answer_lengths(ttft: Sequence[SampleRow], tpot: Sequence[SampleRow]) -> np.n
         while tpot_i < len(tpot) and tpot[tpot_i].time_s < r.time_s:
             close(tpot[tpot_i])
             tpot_i += 1
-        pairing.first_token(r.time_s, r.pod, r.input_tokens, r.key, i)
+        pairing.first_token(r.time_s, r.pod, r.input_tokens, r.key, i, r.pod_type)
     for t in tpot[tpot_i:]:
         close(t)
     return outputs

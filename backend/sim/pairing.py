@@ -20,6 +20,13 @@ So a TPOT sample is matched to the oldest open TTFT sample of its pod and prompt
 before it whose dispatch-time load is also equal, else to the oldest of its pod and prompt
 length. Where two open requests share both, matching the wrong one swaps their decode times:
 each length is off, their sum is not.
+
+Under P/D disaggregation upstream's EPP attributes a request's TTFT sample to the prefill
+endpoint (its pod, gauges and ``pod_type`` "prefill") and its TPOT sample to the decode
+endpoint: the two never share a pod. A prefill pod's TTFT samples are therefore kept by prompt
+length alone, and a decode pod's TPOT sample that finds no TTFT sample of its own pod (a
+request the decode pod served whole) takes the oldest open one of any prefill pod with its
+prompt length. The dispatch-time loads are two endpoints' then, so they are not compared.
 """
 
 from __future__ import annotations
@@ -29,7 +36,14 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
+from backend.predictor.features import POD_TYPE_CODES
+
 Ref = TypeVar("Ref")
+
+PREFILL: Final = POD_TYPE_CODES["prefill"]
+DECODE: Final = POD_TYPE_CODES["decode"]
+_ANY_PREFILL: Final = "\x00prefill"
+"""The pod of the key under which prefill pods' TTFT samples wait (no pod name holds a NUL)."""
 
 DISPATCH_LOAD: Final = ("num_request_running", "prefill_tokens_in_flight")
 """The wire fields both of a request's samples carry as they were at dispatch."""
@@ -60,10 +74,17 @@ class Pairing(Generic[Ref]):
     _open: int = 0
 
     def first_token(
-        self, time_s: float, pod: str | None, prompt: int, load: Hashable, ref: Ref
+        self,
+        time_s: float,
+        pod: str | None,
+        prompt: int,
+        load: Hashable,
+        ref: Ref,
+        pod_type: int = 0,
     ) -> None:
-        """A TTFT sample observed at ``time_s`` (``load``: its dispatch-time load)."""
-        key = (pod, prompt)
+        """A TTFT sample observed at ``time_s`` (``load``: its dispatch-time load;
+        ``pod_type``: its wire code, ``PREFILL`` for a P/D prefill endpoint's)."""
+        key = (_ANY_PREFILL if pod_type == PREFILL else pod, prompt)
         entry = _Open(time_s, load, ref)
         self._by_key.setdefault(key, deque()).append(entry)
         self._order.append((key, entry))
@@ -71,18 +92,29 @@ class Pairing(Generic[Ref]):
         self._prune(time_s)
 
     def done(
-        self, time_s: float, pod: str | None, prompt: int, load: Hashable
+        self, time_s: float, pod: str | None, prompt: int, load: Hashable, pod_type: int = 0
     ) -> tuple[float, Ref] | None:
         """A TPOT sample observed at ``time_s``: (its TTFT sample's time, its ref), or None
-        when no open TTFT sample can be its request's."""
-        queue = self._by_key.get((pod, prompt))
+        when no open TTFT sample can be its request's. A ``DECODE`` pod's sample falls back
+        on the prefill pods' open TTFT samples (P/D, the module's doc)."""
+        match = self._take((pod, prompt), time_s, load)
+        if match is None and pod_type == DECODE:
+            match = self._take((_ANY_PREFILL, prompt), time_s, None)
+        return match
+
+    def _take(
+        self, key: tuple[str | None, int], time_s: float, load: Hashable | None
+    ) -> tuple[float, Ref] | None:
+        """The key's oldest open TTFT sample before ``time_s``, one of load ``load`` first
+        (None: any)."""
+        queue = self._by_key.get(key)
         if not queue:
             return None
         chosen = None
         for entry in queue:
             if entry.time_s > time_s:
                 continue  # a first token after this answer's end is another request's
-            if entry.load == load:
+            if load is not None and entry.load == load:
                 chosen = entry
                 break
             if chosen is None:
@@ -93,7 +125,7 @@ class Pairing(Generic[Ref]):
         chosen.matched = True
         self._open -= 1
         if not queue:
-            del self._by_key[(pod, prompt)]
+            del self._by_key[key]
         return chosen.time_s, chosen.ref
 
     def __len__(self) -> int:

@@ -41,14 +41,14 @@ def no_kept_calibration() -> None:
 
 
 def epp_samples(
-    seconds: float = 60.0, pods: int = 2, trace: Trace | None = None
+    seconds: float = 60.0, pods: int = 2, trace: Trace | None = None, pd: str | None = None
 ) -> list[dict[str, Any]]:
     """What an EPP posts for a minute of Azure code traffic (or ``trace``, ``seconds`` long) on
-    two pods, stamped as if it happened over the last minute, each request tagged with a
-    prefix group."""
+    two pods (or ``pods``, ``pd`` a P/D split of them), stamped as if it happened over the last
+    minute, each request tagged with a prefix group."""
     if trace is None:
         trace = load_trace("azure-code").scaled(3.0).window(0.0, seconds)
-    _, observations = record(trace, pods, GPU, "least-request", DEFAULT_SLO)
+    _, observations = record(trace, pods, GPU, "least-request", DEFAULT_SLO, pd=pd)
     start = datetime.now(UTC) - timedelta(seconds=seconds + 5)
     out = []
     for o in observations:
@@ -253,21 +253,26 @@ def test_the_policys_plateau_chooses_how_close_to_the_most_pods_the_count_aims(
     assert client.get("/v1/policies/1").json()["spec"]["desired_plateau"] == 0.5
 
 
-@pytest.mark.parametrize("shape", ["headroom", "upstream"])
+@pytest.mark.parametrize("shape", ["headroom", "upstream", "upstream-pd"])
 def test_stored_samples_give_each_request_its_answers_length(
     client: TestClient, shape: str
 ) -> None:
     """The replay (desired replicas' and the advisor's) reads each answer's length from the
     pair of samples its EPP posted and the database stored. Headroom's samples differ in
     num_tokens_generated; upstream's TPOT sample also has prefix score 0 and KV and queue
-    gauges refreshed at the end (docs/capacity.md)."""
+    gauges refreshed at the end (docs/capacity.md); under P/D upstream posts a request's TTFT
+    sample from its prefill pod and its TPOT sample from its decode pod."""
     runtime = runtime_of(client)
     trace = load_trace("mooncake-conversation").scaled(1.0).window(0.0, 60.0)
     trace = trace.select(trace.output_tokens > 1)  # each request posts both samples
-    samples = epp_samples(trace=trace)
+    pd = shape == "upstream-pd"
+    samples = epp_samples(trace=trace, pods=4, pd="2:2") if pd else epp_samples(trace=trace)
+    if pd:  # two pods per request, two roles
+        assert {s["pod_type"] for s in samples if s["actual_ttft_ms"] > 0} == {"prefill"}
+        assert {s["pod_type"] for s in samples if s["actual_tpot_ms"] > 0} == {"decode"}
     for s in samples:
         s.pop("prefix_group")
-        if shape == "upstream" and s["actual_tpot_ms"] > 0:
+        if shape != "headroom" and s["actual_tpot_ms"] > 0:
             s.update(
                 num_tokens_generated=0,
                 prefix_cache_score=0.0,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.sim.pairing import Pairing, answer_length
+from backend.sim.pairing import DECODE, PREFILL, Pairing, answer_length
 
 
 def test_the_oldest_open_sample_of_the_pod_prompt_and_load_is_matched_first() -> None:
@@ -62,3 +62,29 @@ def test_requests_whose_samples_hold_equal_values_are_matched_one_each() -> None
     p.first_token(20.0, "a", 2, (), None)  # the other one ages out, the new one stays
     assert len(p) == 1
     assert p.done(21.0, "a", 1, (2, 0)) is None
+
+
+def test_under_pd_a_decode_pods_answer_takes_a_prefill_pods_first_token() -> None:
+    # Upstream's EPP posts a split request's TTFT sample from its prefill pod and its TPOT
+    # sample from its decode pod: no pod in common, and each carries its own pod's load.
+    p: Pairing[str] = Pairing()
+    p.first_token(1.0, "prefill-0", 100, (3, 900), "split, older", PREFILL)
+    p.first_token(2.0, "prefill-1", 100, (0, 0), "split, newer", PREFILL)
+    p.first_token(2.5, "decode-0", 100, (5, 0), "served whole by decode-0", DECODE)
+    p.first_token(3.0, "prefill-0", 200, (1, 0), "other prompt", PREFILL)
+    # A request the decode pod served whole is its own pod's first.
+    assert p.done(9.0, "decode-0", 100, (5, 0), DECODE) == (2.5, "served whole by decode-0")
+    # Then the oldest prefill pod's first token of the prompt's length, whatever the loads.
+    assert p.done(9.0, "decode-1", 100, (0, 0), DECODE) == (1.0, "split, older")
+    assert p.done(9.5, "decode-0", 100, (9, 9), DECODE) == (2.0, "split, newer")
+    assert p.done(9.5, "decode-0", 100, (9, 9), DECODE) is None
+    assert len(p) == 1
+
+
+def test_only_a_decode_pods_answer_looks_beyond_its_own_pod() -> None:
+    p: Pairing[int] = Pairing()
+    p.first_token(1.0, "prefill-0", 100, (), 1, PREFILL)
+    assert p.done(5.0, "pod-3", 100, ()) is None  # no role: an aggregated pod's own samples
+    assert p.done(5.0, "prefill-0", 100, ()) is None  # a prefill pod's own key holds none
+    assert p.done(0.5, "decode-0", 100, (), DECODE) is None  # before the first token
+    assert p.done(5.0, "decode-0", 100, (), DECODE) == (1.0, 1)
