@@ -9,8 +9,9 @@ serving Llama-2-7B for `h100`). A background thread advances every simulation in
 wall clock (`TraceReplay.advance`: each tick runs it as many simulated seconds as wall seconds
 went by, times the pool's speed-up) and ingests what the simulated router observed in that slice
 as the llm-d EPP reports it: a TTFT sample at each request's first token and a TPOT sample at its
-completion, with the features the router saw for the chosen pod when it dispatched the request
-(the pod's scraped gauges, its in-flight tokens, its prefix-cache score, the pod's name). They go
+completion, each stamped with when it happened, with the features the router saw for the chosen
+pod when it dispatched the request (the pod's scraped gauges, its in-flight tokens, its
+prefix-cache score, the pod's name). They go
 through the same ingestion service as `POST /add_training_data_bulk`; the embedded trainer picks
 them up like any others.
 
@@ -32,6 +33,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -342,7 +344,7 @@ class DemoFeeder:
             observations = self.observe(demo, seconds)
             if not observations:
                 continue
-            entries = [TrainingEntry.model_validate(o.entry()) for o in observations]
+            entries = self._entries(demo, observations)
             pool_id = self._pool_id(demo.name)
             with unit_of_work(self.runtime.sessions) as session:
                 result = ingest(
@@ -359,6 +361,22 @@ class DemoFeeder:
                     demo.name, o.target, o.label_ms, o.predicted_ms, o.floor_ms, o.load
                 )
         return added
+
+    def _entries(self, demo: DemoPool, observations: list[Observation]) -> list[TrainingEntry]:
+        """The observations as the EPP posts them, each stamped with when it happened, as
+        upstream's EPP stamps its samples: on the wall clock, the slice's end being now.
+        Stamped at ingestion instead, a second's arrivals would all read as one instant, and
+        the replays that read arrivals from the samples (desired replicas, the saturation
+        level's next interval) would see bursts the pods never served."""
+        replay = self.replays[demo.name]
+        now = datetime.now(UTC)
+        per_wall_s = demo.speed * self.speed
+        out = []
+        for o in observations:
+            ago_s = (replay.elapsed_s - replay.elapsed_at(o)) / per_wall_s
+            entry = o.entry() | {"timestamp": now - timedelta(seconds=max(ago_s, 0.0))}
+            out.append(TrainingEntry.model_validate(entry))
+        return out
 
     def observe(self, demo: DemoPool, seconds: float) -> list[Observation]:
         """Run the pool's replay ``seconds`` of wall-clock time further, routing with the pool's

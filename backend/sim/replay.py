@@ -235,6 +235,7 @@ class TraceReplay:
         self.lap = -1
         self.now = 0.0  # simulated seconds since the current lap started
         self.elapsed_s = 0.0  # simulated seconds since the replay started
+        self._lap_started: dict[int, float] = {}  # lap -> elapsed_s when it started
         self._start_lap()
 
     @property
@@ -242,8 +243,15 @@ class TraceReplay:
         """What the current lap replays (the simulation clips prompts no pod could hold)."""
         return self.sim.trace
 
+    def elapsed_at(self, o: Observation) -> float:
+        """When ``o`` was observed, in simulated seconds since the replay started (its time is
+        its lap's): what lets a caller stamp it on one clock across laps. For the observations
+        of the last ``advance`` call."""
+        return self._lap_started[o.lap] + o.time_s
+
     def _start_lap(self) -> None:
         self.lap += 1
+        self._lap_started[self.lap] = self.elapsed_s
         seed = self.spec.seed + self.lap
         self.recorder = Recorder(self._factory(self.fabric, seed), self.lap)
         self.sim = Simulation(
@@ -271,6 +279,8 @@ class TraceReplay:
         """Run ``seconds`` of simulated time further; the observations made meanwhile."""
         out: list[Observation] = []
         left = max(0.0, seconds)
+        # Earlier laps' observations were all returned by earlier calls.
+        self._lap_started = {self.lap: self._lap_started[self.lap]}
         while True:
             until = self.now + left
             more = self.sim.run_until(until)

@@ -7,6 +7,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,32 @@ def test_the_feeder_ingests_the_trace_replay_tick_by_tick(runtime: Runtime) -> N
         assert {r.pod for r in _samples(runtime, demo.name, TargetCode.TTFT)} == {
             f"{demo.replay.pod_prefix}-{i}" for i in range(demo.replay.pods)
         }
+
+
+def test_each_sample_is_stamped_when_it_happened_not_when_ingested(runtime: Runtime) -> None:
+    # As upstream's EPP stamps its samples: a second's arrivals stamped at the ingestion would
+    # read as one burst to everything that replays arrivals from the samples.
+    feeder = DemoFeeder(runtime)
+    feeder.prepare()
+    before = datetime.now(UTC)
+    for _ in range(5):
+        feeder.tick(1.0)
+    taken = _expected(DEMO_SETUP[1], feeder.seed, 5)
+    rows = sorted(
+        _samples(runtime, "h100", TargetCode.TTFT) + _samples(runtime, "h100", TargetCode.TPOT),
+        key=lambda r: r.id,
+    )
+    stamps = [r.observed_at.replace(tzinfo=UTC) for r in rows]
+    assert len(rows) == len(taken) > 50
+    assert len(set(stamps)) > 0.9 * len(stamps)  # not one stamp per tick
+    assert before - timedelta(seconds=5) <= min(stamps) and max(stamps) <= datetime.now(UTC)
+    # The last tick's samples (the newest rows), stamped at one "now": as far apart as the
+    # simulated events.
+    last = [o.time_s for o in taken if o.time_s > 4.0]
+    stamped = sorted(stamps[-len(last) :])
+    assert [(t - stamped[0]).total_seconds() for t in stamped] == pytest.approx(
+        [t - last[0] for t in last], abs=1e-3
+    )
 
 
 def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) -> None:

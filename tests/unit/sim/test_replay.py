@@ -140,10 +140,18 @@ def test_a_lap_ending_inside_a_slice_hands_the_rest_to_the_next() -> None:
     assert replay.elapsed_s == pytest.approx(50.0)
     assert 0.0 < replay.now < 50.0 - 30.0
     assert {o.lap for o in observations} == {0, 1}
+    # On the replay's one clock the slice's observations run on across the lap's end, within
+    # the slice (what the demo stamps them with).
+    on_clock = [replay.elapsed_at(o) for o in observations]
+    assert on_clock == sorted(on_clock) and on_clock[0] > 0.0 and on_clock[-1] <= 50.0
+    ends = max(o.time_s for o in observations if o.lap == 0)
+    assert min(replay.elapsed_at(o) for o in observations if o.lap == 1) >= ends
     # Many laps in one slice: each starts where the previous one ended.
-    replay.advance(200.0)
+    many = replay.advance(200.0)
     assert replay.lap > 5
     assert replay.elapsed_s == pytest.approx(250.0)
+    on_clock = [replay.elapsed_at(o) for o in many]
+    assert on_clock == sorted(on_clock) and on_clock[0] > 50.0 and on_clock[-1] <= 250.0
 
 
 def test_observations_are_wire_entries() -> None:
