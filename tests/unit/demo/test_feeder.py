@@ -191,8 +191,8 @@ def test_models_train_in_embedded_mode_and_route_the_replay(runtime: Runtime) ->
     for _ in range(6):
         feeder.tick(5.0)
     with runtime.sessions() as session:
-        h100 = get_pool(session, "h100")
-        view = models_view(session, runtime.store, h100, TargetCode.TTFT, knowable=feeder.knowable)
+        pool = get_pool(session, "h100")
+        view = models_view(session, runtime.store, pool, TargetCode.TTFT, knowable=feeder.knowable)
     assert view.knowable is not None and view.knowable.n >= MIN_ROWS
     assert 0.0 < view.knowable.floor.mape < view.knowable.live.mape
     assert feeder.knowable.summary("default", "ttft") is None
