@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,7 +20,11 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend.exceptions import AppError, Conflict, Invalid
-from backend.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    # Only a type here: importing the telemetry at run time would load the model code
+    # (XGBoost, scipy) into every process that reports an error, the ingest helpers included.
+    from backend.telemetry import Telemetry
 
 log = logging.getLogger("headroom.errors")
 

@@ -29,8 +29,9 @@ import numpy.typing as npt
 
 from backend.predictor.calibration import Calibration, LiveRows, calibrate
 from backend.predictor.evaluation import evaluate
-from backend.predictor.features import Columns, Target
+from backend.predictor.features import Target
 from backend.predictor.regressors import Kind, LatencyModel, LossObjective, TrainParams
+from backend.predictor.rows import WindowRows
 from backend.predictor.training import TrainResult, predict_columns, train_target
 from backend.settings import TrainingSettings
 
@@ -318,22 +319,6 @@ def established(shift: Shift, now: float, rules: ShiftRules) -> bool:
 
 
 # -- one training round, as the service and the simulator both run it ------------------------
-
-
-@dataclass(frozen=True)
-class WindowRows:
-    """A (pool, target) window as columns, in arrival order."""
-
-    cols: Columns
-    labels: FloatArray
-    is_test: npt.NDArray[np.bool_]
-    ids: npt.NDArray[np.int64]
-    """Arrival order (the service's sample ids): what "newer" means."""
-    predicted: FloatArray | None = None
-    """What the router predicted for each row (NaN where it sent nothing)."""
-    served_factor: FloatArray | None = None
-    """The calibration correction each row's prediction was served with (``served_factors``);
-    None: unknown, and the active version's own prediction of the row stands in for it."""
 
 
 @dataclass(frozen=True)

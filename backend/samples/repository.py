@@ -15,7 +15,7 @@ import numpy.typing as npt
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.predictor.gate import WindowRows
+from backend.predictor.rows import WindowRows
 from backend.samples.models import WINDOW_FEATURES, Sample, TargetCode, WindowFlush
 from backend.samples.schemas import POD_TYPE_NAMES
 from backend.sim.pairing import DISPATCH_LOAD

@@ -24,6 +24,7 @@ from backend.predictor import gate
 from backend.predictor.calibration import Calibration, column_load, meet_probability
 from backend.predictor.features import PROGRESS_FIELDS, Target
 from backend.predictor.regressors import Kind, LatencyModel, TrainParams, default_params
+from backend.predictor.rows import WindowRows
 from backend.predictor.training import serve_columns
 from backend.predictor.window import WindowSpec
 from backend.settings import TrainingSettings, WindowSettings
@@ -164,7 +165,7 @@ class OnlinePredictor:
         cols["pod_class"] = np.asarray([s[4] for s in samples], dtype=object)
         ids = np.asarray([s[3] for s in samples], dtype=np.int64)
         live = self.live_calibration
-        rows = gate.WindowRows(
+        rows = WindowRows(
             cols,
             np.asarray([s[1] for s in samples], dtype=np.float64),
             np.asarray([s[2] for s in samples], dtype=np.bool_),

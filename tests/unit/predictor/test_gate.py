@@ -7,6 +7,7 @@ import pytest
 
 from backend.predictor import gate
 from backend.predictor.gate import GateRules, LiveError, Shift, ShiftRules
+from backend.predictor.rows import WindowRows
 from backend.predictor.training import TrainParams, train_target
 from tests.unit.predictor.synthetic import sample
 
@@ -174,7 +175,7 @@ def test_a_drift_cuts_the_window_only_with_enough_newer_rows(newer: int, cut: bo
     ids = np.arange(1, old + newer + 1, dtype=np.int64)
     # The router erred 2 % on the rows the active model trained on and 50 % since: drift.
     predicted = np.where(ids <= old, labels * 1.02, labels * 0.5)
-    rows = gate.WindowRows(batch.cols, labels, ids % 10 == 0, ids, predicted)
+    rows = WindowRows(batch.cols, labels, ids % 10 == 0, ids, predicted)
     active = gate.Active(first.model, max_id=old, held_out_mape=0.02)
     rules = GateRules(drift_cut_rows=100)
     round_ = gate.train_round(
