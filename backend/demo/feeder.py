@@ -86,6 +86,8 @@ class DemoPool:
     replay: ReplaySpec
     speed: float
     """Simulated seconds per wall-clock second."""
+    target_slo_attainment: float = 0.95
+    """The policy's share of requests to keep within SLO: what desired replicas sizes for."""
 
     def describe(self) -> str:
         return (
@@ -102,6 +104,7 @@ class DemoPool:
             strategy="most",
             picker="best_fit",
             kv_bytes_per_token=load_profile(self.replay.gpu).kv_bytes_per_token,
+            target_slo_attainment=self.target_slo_attainment,
         )
 
 
@@ -114,6 +117,11 @@ class DemoPool:
 # keeps eight A100s busy at its own rate; Azure's conversation trace (5.5 requests/s, 1k-token
 # prompts) runs at four times its rate on two H100s (about 20 requests a second). A first model
 # needs 10 samples (`min_samples_fresh`): seconds on either pool.
+# The default pool aims at 60 % within SLO, not the policy's usual 95 %: Mooncake's long prompts
+# cap attainment near 0.70 at a 2 s TTFT on any number of A100s, so at 95 % desired replicas had
+# no count to find and fell to the plateau rule (16 to 46 pods read on the Overview). At 60 % the
+# traffic's true count is 9-10 pods and the job's estimate matched it (docs/capacity.md, "The
+# demo's clock").
 DEMO_SETUP = (
     DemoPool(
         "default",
@@ -126,6 +134,7 @@ DEMO_SETUP = (
             floor_every=FLOOR_EVERY,
         ),
         speed=1.0,
+        target_slo_attainment=0.6,
     ),
     DemoPool(
         "h100",
