@@ -209,8 +209,8 @@ class ReplaySpec:
     """Pods are named ``{pod_prefix}-{i}``."""
     floor_every: int = 0
     """Measure the present-state floor on every n-th request (``SimConfig.floor_every``; 0:
-    off), after each lap's first ``SimConfig.floor_warmup_s``: observations carry it as
-    ``floor_ms``."""
+    off), after each lap's first ``floor_warmup_s``: observations carry it as ``floor_ms``."""
+    floor_warmup_s: float = SimConfig.floor_warmup_s
 
 
 class TraceReplay:
@@ -263,6 +263,7 @@ class TraceReplay:
                 seed=seed,
                 transfer=self.fabric,
                 floor_every=self.spec.floor_every,
+                floor_warmup_s=self.spec.floor_warmup_s,
             ),
         )
         self.now = 0.0

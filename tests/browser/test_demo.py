@@ -51,8 +51,8 @@ def test_demo_mode_trains_models_and_fills_the_console_within_a_minute(
         expect(page.get_by_test_id("live-error")).to_contain_text("MAPE", timeout=30_000)
         screenshot(page, "demo-models")
         # Every 10th request also runs on a copy of its pod at dispatch: the live error against
-        # what was knowable, after the replay's first minute (Azure's pool, 22 requests a
-        # second, has its rows some 10 s later; Mooncake's, at 3.4, a minute after that).
+        # what was knowable, from the first requests a model routed (Azure's pool, 22 requests
+        # a second, has the 20 it needs within seconds of its first model).
         page.goto("/ui/models?pool=h100")
         knowable = page.get_by_test_id("knowable")
         for _ in range(30):  # the page does not refresh itself: reload until enough rows
