@@ -212,6 +212,39 @@ def drift(
     )
 
 
+@dataclass(frozen=True)
+class RoutedError:
+    """The router's live error around the active model's training: on the rows since (what it
+    is serving now), on the older ones (the usual live error of routed traffic) and the worst
+    run of the older ones as long as the newer: `drift`'s yardsticks. The trainer and the
+    console's warning read drift through it, so they cannot disagree."""
+
+    live: LiveError | None
+    earlier: LiveError | None
+    earlier_worst: float | None
+
+    def drift(self, active_held_out_mape: float | None, rules: GateRules) -> str | None:
+        return drift(self.live, active_held_out_mape, rules, self.earlier, self.earlier_worst)
+
+
+def routed_error(
+    labels: FloatArray,
+    predicted: FloatArray,
+    ids: npt.NDArray[np.int64],
+    since: npt.NDArray[np.bool_],
+    older: npt.NDArray[np.bool_],
+) -> RoutedError:
+    """`RoutedError` of the ``since`` rows against the ``older`` ones (any order: ``ids`` give
+    their age)."""
+    live = live_error(labels[since], predicted[since])
+    by_age = np.flatnonzero(older)[np.argsort(ids[older], kind="stable")]
+    return RoutedError(
+        live,
+        live_error(labels[older], predicted[older]),
+        worst_run(labels[by_age], predicted[by_age], live.n) if live else None,
+    )
+
+
 def judge(
     candidate_held_out_error: float | None,
     labels: FloatArray,
@@ -399,15 +432,8 @@ def train_round(
             since = use & (rows.ids > active.max_id)
             # Every older row, whatever regime: a cut of the window must not move the yardstick.
             older = ~out & (rows.ids <= active.max_id)
-            live = live_error(labels[since], rows.predicted[since])
-            by_age = np.flatnonzero(older)[np.argsort(rows.ids[older], kind="stable")]
-            drifted = drift(
-                live,
-                active.held_out_mape,
-                rules,
-                live_error(labels[older], rows.predicted[older]),
-                worst_run(labels[by_age], rows.predicted[by_age], live.n) if live else None,
-            ) or high_load_drift(
+            routed = routed_error(labels, rows.predicted, rows.ids, since, older)
+            drifted = routed.drift(active.held_out_mape, rules) or high_load_drift(
                 high_load_bias(
                     np.asarray(rows.cols["num_request_waiting"], dtype=np.float64)[since]
                     + np.asarray(rows.cols["num_request_running"], dtype=np.float64)[since],

@@ -22,6 +22,7 @@ from backend.capacity.desired import history as desired_history
 from backend.capacity.models import DesiredReplicas, DesiredReplicasPoint
 from backend.capacity.service import CapacityMonitor, PoolReport
 from backend.pools.models import Pool
+from backend.predictor import gate
 from backend.predictor.evaluation import evaluate
 from backend.predictor.knowable import AgainstFloor, FloorWindow
 from backend.predictor.live_bias import OPTIMISTIC_BEYOND, HighLoadBias
@@ -49,9 +50,11 @@ RATE_HORIZON_S = 60
 # this many (reading and predicting all would cost more than the rest of the page, and show
 # no more).
 SCATTER_POINTS = 2000
-# "Error rising": the newest held-out MAPE against the median of the versions before it, and
-# the live MAPE against the active model's held-out MAPE. Both need a margin in absolute
-# points, or a 1 % -> 2 % wobble of an excellent model would alarm.
+# "Error rising": the newest held-out MAPE against the median of the versions before it. It
+# needs a margin in absolute points, or a 1 % -> 2 % wobble of an excellent model would alarm.
+# (The live error's warning is the gate's drift rule, `gate.RoutedError`: routed traffic's live
+# error sits above the held-out error without any change, so a ratio to the held-out alone
+# warned on every pool from its first minute, as the demo showed.)
 RISE_RATIO = 1.5
 RISE_MIN_POINTS = 0.02
 TREND_VERSIONS = 5
@@ -96,6 +99,16 @@ class Recent:
             # More samples arrived in the last minute than the slice holds: scale up.
             return count * 60.0 / self.span_s
         return count * 60.0 / RATE_HORIZON_S
+
+    def routed_error(
+        self, pool_id: int, target: TargetCode, active_max_id: int
+    ) -> gate.RoutedError:
+        """The gate's drift yardsticks on the slice: the samples since the active model's
+        training (ids above ``active_max_id``) against the older ones."""
+        mask = (self.pool_id == pool_id) & (self.target == int(target))
+        ids = self.sample_id[mask]
+        since = ids > active_max_id
+        return gate.routed_error(self.latency[mask], self.predicted[mask], ids, since, ~since)
 
     def live_error(self, pool_id: int, target: TargetCode) -> LiveError | None:
         mask = (
@@ -357,6 +370,29 @@ def _trend_rising(session: Session, pool_id: int, target: TargetCode) -> str | N
     return None
 
 
+def _drifted(
+    name: str, version: ModelVersion, routed: gate.RoutedError, settings: Settings
+) -> str | None:
+    """The warning when the gate's drift rule holds on the newest samples: the trainer's next
+    round then replaces the active model with one of the newer rows."""
+    held_out = _metric(version, "mape")
+    rules = gate.GateRules.from_settings(settings.training)
+    if held_out is None or routed.live is None or routed.drift(held_out, rules) is None:
+        return None
+    usual = (
+        f" and {rules.drift_factor:g}x the usual live error of routed traffic "
+        f"({_pct(routed.earlier.mape)} on {routed.earlier.n} older samples)"
+        if routed.earlier is not None and routed.earlier.n >= rules.min_test
+        else ""
+    )
+    return (
+        f"{name} live error {_pct(routed.live.mape)} on the {routed.live.n} samples since the "
+        f"active model's training is above {rules.drift_factor:g}x its held-out "
+        f"{_pct(held_out)}{usual}: the traffic has changed, and the next training round "
+        "replaces the model with one of the newer samples"
+    )
+
+
 def target_status(
     session: Session,
     pool: Pool,
@@ -393,18 +429,11 @@ def target_status(
         rising = _trend_rising(session, pool.id, target)
         if rising:
             warnings.append(rising)
-        held_out = _metric(version, "mape")
-        if (
-            live is not None
-            and held_out is not None
-            and live.n >= 50
-            and live.mape > held_out * RISE_RATIO
-            and live.mape - held_out > RISE_MIN_POINTS
-        ):
-            warnings.append(
-                f"{name} live error {_pct(live.mape)} is above the active model's held-out "
-                f"{_pct(held_out)}: traffic may have drifted"
-            )
+        drifted = _drifted(
+            name, version, recent.routed_error(pool.id, target, version.window_max_id), settings
+        )
+        if drifted:
+            warnings.append(drifted)
         high_load = registry.high_load_biases(session, [version], LIVE_ROWS).get(version.id)
         if high_load is not None and high_load.optimistic:
             warnings.append(
