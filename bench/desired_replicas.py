@@ -3,7 +3,8 @@
 Simulates ``--lookback`` seconds of a trace on ``--pods`` pods and keeps the samples an llm-d
 EPP would post (``backend.sim.replay.Recorder``), then times what the periodic job does with a
 pool's samples (``backend.capacity.desired.estimate``: rebuild the requests, calibrate the pod
-over the shipped profiles, bisect on the pod count) in CPU seconds of this one process.
+over the shipped profiles, or with ``--declared`` over ``--gpu`` alone, as for a policy that
+names its ``gpu_profile``, bisect on the pod count) in CPU seconds of this one process.
 Target: within 60 s of one core. Prints JSON.
 
 With ``--wire`` the estimate reads the samples as ``bench/replay_fidelity.py`` builds them
@@ -46,6 +47,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="the recorded run's seed")
     ap.add_argument("--wire", choices=WIRES, default="stored")
     ap.add_argument("--truth", action="store_true", help="also bisect the true requests")
+    ap.add_argument(
+        "--declared",
+        action="store_true",
+        help="calibrate only the pods' profile (--gpu), as for a policy naming its gpu_profile",
+    )
     args = ap.parse_args()
     settings = CapacitySettings(desired_lookback_s=args.lookback)
     trace = load_trace(args.trace).scaled(args.load).window(args.start, args.start + args.lookback)
@@ -55,7 +61,8 @@ def main() -> None:
     runs = []
     for _ in range(args.repeat):
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        est = estimate(rows, DEFAULT_SLO, args.target, settings)
+        declared = (args.gpu,) if args.declared else None
+        est = estimate(rows, DEFAULT_SLO, args.target, settings, profiles=declared)
         assert est is not None
         runs.append(
             {
@@ -100,6 +107,7 @@ def main() -> None:
                 "load": args.load,
                 "pods": args.pods,
                 "true_gpu": args.gpu,
+                "declared": args.declared,
                 "lookback_s": args.lookback,
                 "samples": len(rows),
                 "start_s": args.start,

@@ -32,6 +32,7 @@ from backend.capacity.desired import (
     desired_router,
     policy_slo,
     pool_calibration,
+    pool_profiles,
     recent_rows,
 )
 from backend.exceptions import Invalid
@@ -188,7 +189,7 @@ def pool_replay(
         raise Invalid(f"pool-replay: {exc}", field="workload") from exc
     router, fallback = calibration_router(spec, settings, len(replay.trace), learning_max_requests)
     progress(0.0, f"calibrating the simulated pod to the pool's latencies, routed by {router.name}")
-    cal, reused = pool_calibration(pool_id, replay, slo, settings, router)
+    cal, reused = pool_calibration(pool_id, replay, slo, settings, router, pool_profiles(spec))
     workload = replay_workload(replay, cal, slo, budget, router.name, fallback)
     details = {
         **workload.details,

@@ -96,10 +96,11 @@ def estimate(
     seed: int = 0,
     calibrated: Calibration | None = None,
     plateau: float = PLATEAU_TOLERANCE,
+    profiles: tuple[str, ...] | None = None,
 ) -> Estimate | None:
-    """Rebuild, calibrate (unless ``calibrated`` is given), bisect
-    (``fromsamples.estimate_replicas``, the simulator's autoscaler's path too); None when the
-    samples hold too few requests."""
+    """Rebuild, calibrate (unless ``calibrated`` is given; among ``profiles``, default every
+    shipped one), bisect (``fromsamples.estimate_replicas``, the simulator's autoscaler's path
+    too); None when the samples hold too few requests."""
     est = estimate_replicas(
         rows,
         slo,
@@ -111,6 +112,7 @@ def estimate(
         rate_window_s=settings.desired_rate_window_s or None,
         lead_s=settings.desired_lead_s or None,
         plateau=plateau,
+        profiles=profiles,
     )
     if est is None:
         return None
@@ -146,17 +148,24 @@ def desired_router(settings: CapacitySettings) -> CalibrationRouter:
     return CalibrationRouter(settings.desired_router, settings.desired_router)
 
 
-_calibrations: dict[tuple[int, str], tuple[float, Calibration]] = {}
-"""Per pool and router (``CalibrationRouter.name``), this process's last calibration and when it
-was made (monotonic seconds): the pod does not change from one run to the next, and
-calibrating is most of a run's cost. Keyed by the router too: a calibration routed by another
-policy folds the routing difference into the cost factors."""
+_CalibrationKey = tuple[int, str, tuple[str, ...] | None]
+_calibrations: dict[_CalibrationKey, tuple[float, Calibration]] = {}
+"""Per pool, router (``CalibrationRouter.name``) and the profiles it may pick
+(``pool_profiles``), this process's last calibration and when it was made (monotonic seconds):
+the pod does not change from one run to the next, and calibrating is most of a run's cost.
+Keyed by the router too: a calibration routed by another policy folds the routing difference
+into the cost factors; and by the profiles, so that a policy naming its pods' profile is not
+answered with a pick made before."""
 
 
-def _calibration(
-    pool_id: int, router: CalibrationRouter, settings: CapacitySettings
-) -> Calibration | None:
-    made = _calibrations.get((pool_id, router.name))
+def pool_profiles(spec: PolicySpec) -> tuple[str, ...] | None:
+    """The profiles a pool's calibration may pick: its policy's ``gpu_profile``, or every
+    shipped one (None) where it names none."""
+    return None if spec.gpu_profile == "none" else (spec.gpu_profile,)
+
+
+def _calibration(key: _CalibrationKey, settings: CapacitySettings) -> Calibration | None:
+    made = _calibrations.get(key)
     if made is None or time.monotonic() - made[0] > settings.desired_recalibrate_s:
         return None
     return made[1]
@@ -191,16 +200,19 @@ def pool_calibration(
     slo: Slo,
     settings: CapacitySettings,
     router: CalibrationRouter | None = None,
+    profiles: tuple[str, ...] | None = None,
 ) -> tuple[Calibration, bool]:
     """The pool's pod calibrated with the replay routed by ``router`` (default: desired
-    replicas' router): this process's recent one for that router if any, else a new one (kept
-    for the next caller). Also whether it was reused (a new one costs simulations)."""
+    replicas' router) among ``profiles`` (``pool_profiles``): this process's recent one for
+    them if any, else a new one (kept for the next caller). Also whether it was reused (a new
+    one costs simulations)."""
     router = router or desired_router(settings)
-    kept = _calibration(pool_id, router, settings)
+    key = (pool_id, router.name, profiles)
+    kept = _calibration(key, settings)
     if kept is not None:
         return kept, True
-    cal = calibrate(workload, router.route, slo, steps=CALIBRATION_STEPS)
-    _calibrations[(pool_id, router.name)] = (time.monotonic(), cal)
+    cal = calibrate(workload, router.route, slo, profiles=profiles, steps=CALIBRATION_STEPS)
+    _calibrations[key] = (time.monotonic(), cal)
     return cal, False
 
 
@@ -219,7 +231,9 @@ def refresh_pool(
     if slo is not None:
         # Routed by desired replicas' router: the replicas it estimates are that router's.
         router = desired_router(settings)
-        kept = _calibration(pool_id, router, settings)
+        profiles = pool_profiles(spec)
+        key = (pool_id, router.name, profiles)
+        kept = _calibration(key, settings)
         est = estimate(
             rows,
             slo,
@@ -227,9 +241,10 @@ def refresh_pool(
             settings,
             calibrated=kept,
             plateau=spec.desired_plateau,
+            profiles=profiles,
         )
         if est is not None and kept is None:
-            _calibrations[(pool_id, router.name)] = (time.monotonic(), est.calibration)
+            _calibrations[key] = (time.monotonic(), est.calibration)
     with write(session):
         session.execute(delete(DesiredReplicas).where(DesiredReplicas.pool_id == pool_id))
         session.execute(

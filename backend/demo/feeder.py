@@ -105,6 +105,8 @@ class DemoPool:
             picker="best_fit",
             kv_bytes_per_token=load_profile(self.replay.gpu).kv_bytes_per_token,
             target_slo_attainment=self.target_slo_attainment,
+            # The demo knows its pods: its replays calibrate their profile alone.
+            gpu_profile=self.replay.gpu,
         )
 
 

@@ -28,6 +28,11 @@ MAX_LINK_GBPS = 100_000.0  # 100 Tbit/s; an NVLink 5 domain is 14,400
 # The `upstream` preset (UPSTREAM_SPEC) puts `least` back.
 NEW_POOL_STRATEGY: Final = "most"
 
+# Headroom's shipped GPU profiles (backend/sim/profiles: measured step costs of a GPU serving a
+# model), by name; "none" for pods that match none of them. Spelled out so that the policy's
+# schema and the console's choice list are fixed in OpenAPI; a test holds it to the files.
+GpuProfileName = Literal["none", "a100-llama2-7b", "a100-llama3-8b", "h100-llama2-7b"]
+
 
 class PolicySpec(BaseModel):
     """Everything a platform team tunes for a pool's routing. Every field has upstream's default
@@ -234,6 +239,15 @@ class PolicySpec(BaseModel):
         description="Share of requests to keep within SLO; desired replicas is the fewest pods "
         "the replayed traffic needs for it.",
     )
+    gpu_profile: GpuProfileName = Field(
+        "none",
+        description="The pods' GPU and model, as one of Headroom's shipped profiles: the pool's "
+        "replays (desired replicas, the advisor's pool replay) calibrate only its cost factors, "
+        "and the desired-replicas gauge's `accelerator_type` is it. none: the calibration "
+        "tries every shipped profile and keeps the one that reproduces the pool's latencies "
+        "best (three times the calibration's simulations; a young window can pick a profile "
+        "the pods are not).",
+    )
     desired_plateau: float = Field(
         0.01,
         ge=0.0,
@@ -263,10 +277,17 @@ UPSTREAM_SPEC: Final = PolicySpec(strategy=_LIBRARY.strategy)
 scheduling library's `SchedulingPolicy()`."""
 
 SERVICE_FIELDS: Final = frozenset(
-    {"default_ttft_slo_ms", "default_tpot_slo_ms", "target_slo_attainment", "desired_plateau"}
+    {
+        "default_ttft_slo_ms",
+        "default_tpot_slo_ms",
+        "target_slo_attainment",
+        "desired_plateau",
+        "gpu_profile",
+    }
 )
-"""The pool's SLOs and capacity targets: the service's (saturation, desired replicas), not
-routing choices. The chain never sees them, and a routing preset leaves them alone."""
+"""The pool's SLOs, capacity targets and pods: the service's (saturation, desired replicas,
+replays), not routing choices. The chain never sees them, and a routing preset leaves them
+alone."""
 
 
 class PolicyCreate(PolicySpec):

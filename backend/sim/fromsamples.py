@@ -790,6 +790,7 @@ def estimate_replicas(
     lead_s: float | None = None,
     trend_rows: Sequence[SampleRow] | None = None,
     score_last_s: float | None = None,
+    profiles: Sequence[str] | None = None,
 ) -> ReplicaEstimate | None:
     """Desired replicas from a pool's samples: rebuild the requests (``build_workload``),
     calibrate the pod unless ``calibrated`` is given, and bisect on the pod count over
@@ -810,7 +811,10 @@ def estimate_replicas(
 
     With ``score_last_s`` each replay is scored on the requests of its last that many seconds
     (``desired_replicas``): the window's earlier requests load the pods but do not dilute a
-    burst's misses with the calm before it."""
+    burst's misses with the calm before it.
+
+    ``profiles``: the shipped profiles the calibration may pick (``calibrate``; default all),
+    a pool's declared one (its policy's ``gpu_profile``)."""
     if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
         return None
     if rate_window_s and lead_s:
@@ -847,5 +851,5 @@ def estimate_replicas(
             # The kept pod's KV cache cannot hold a request of this window (one longer than
             # any it was calibrated on): calibrate again, which rules such profiles out.
             pass
-    cal = calibrate(observed, router, slo, steps=calibration_steps, seed=seed)
+    cal = calibrate(observed, router, slo, profiles=profiles, steps=calibration_steps, seed=seed)
     return ReplicaEstimate(bisect(cal.pod), observed, cal, True, load, workload.trace)

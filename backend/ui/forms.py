@@ -33,6 +33,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tpot_tier_quantile",
         ),
     ),
+    ("Pods", ("gpu_profile",)),
     (
         "Scoring",
         ("strategy", "ttft_weight", "picker", "scorer", "epsilon_explore_neg", "streaming_mode"),
@@ -99,6 +100,7 @@ LABELS = {
     "target_slo_attainment": "Target SLO attainment (desired replicas)",
     "desired_plateau": "Plateau: how far below the most pods' attainment (desired replicas)",
     "tpot_tier_quantile": "TPOT the SLO tier compares",
+    "gpu_profile": "GPU profile of the pods (replays)",
     "pd_selection": "P/D selection",
     "kv_bytes_per_token": "KV bytes per token",
     "fallback_kv_weight": "Weight of free KV",

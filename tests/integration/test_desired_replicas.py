@@ -116,6 +116,32 @@ def test_the_job_computes_desired_replicas_served_as_field_and_gauge(
     assert 'data-testid="desired-chart" data-points="2"' in page
 
 
+def test_a_policy_naming_its_pods_profile_calibrates_that_profile_alone(
+    client: TestClient,
+) -> None:
+    """Without `gpu_profile` the calibration tries every shipped profile; naming one drops the
+    kept pick (its cache key changes), calibrates that profile alone, for fewer simulations,
+    and labels the gauge with it."""
+    runtime = runtime_of(client)
+    post(client, epp_samples())
+    set_slo(client, 2000, 100)
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1
+    runtime.capacity.refresh()
+    picked = client.get("/v1/pools/default/saturation").json()["desired_replicas"]
+    r = client.put("/v1/policies/1", json={"gpu_profile": "h100-llama2-7b"})
+    assert r.status_code == 200 and r.json()["spec"]["gpu_profile"] == "h100-llama2-7b"
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1
+    runtime.capacity.refresh()
+    declared = client.get("/v1/pools/default/saturation").json()["desired_replicas"]
+    assert declared["profile"] == "h100-llama2-7b"
+    assert declared["simulations"] < picked["simulations"]
+    kept = desired_module._calibrations[(1, "llm-d-322", ("h100-llama2-7b",))][1]
+    assert {t["profile"] for t in kept.tried} == {"h100-llama2-7b"}
+    metrics = client.get("/metrics").text
+    line = next(ln for ln in metrics.splitlines() if ln.startswith("headroom_desired_replicas{"))
+    assert 'accelerator_type="h100-llama2-7b"' in line
+
+
 def test_a_target_out_of_bounds_is_a_422(client: TestClient) -> None:
     for bad in (0.2, 1.0, "high"):
         response = client.put("/v1/policies/1", json={"target_slo_attainment": bad})

@@ -97,6 +97,7 @@ def test_restore_makes_an_old_version_current_as_a_new_version(
         ({"default_ttft_slo_ms": 0}, "default_ttft_slo_ms"),
         ({"epsilon_explore_neg": 2}, "epsilon_explore_neg"),
         ({"picker": "lottery"}, "picker"),
+        ({"gpu_profile": "b200-llama3-70b"}, "gpu_profile"),
         ({"no_such_option": 1}, "no_such_option"),
     ],
 )
