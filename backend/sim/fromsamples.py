@@ -575,10 +575,18 @@ def smallest_meeting(
     lo: int,
     hi: int,
     plateau: float = PLATEAU_TOLERANCE,
+    start: int | None = None,
 ) -> Desired:
     """The smallest pod count in [lo, hi] whose attainment reaches ``target``, by bisection;
     never more than the start of the plateau: the fewest pods within ``plateau`` of what
     ``hi`` pods attain (``Desired.met`` says whether ``hi`` pods reach the target at all).
+
+    With ``start`` (the pool's pod count now) the search begins there: if ``start`` pods
+    reach the threshold it bisects below them, else it tries counts above at doubling
+    distances (``start`` + 1, + 2, + 4, ...) until one does and bisects the last gap. A replay
+    routed by llm-d's load+prefix scorers can attain less with many more pods than with the
+    right number (its rebuilt prefixes pile onto few pods): from [1, 64] the bisection tried 32
+    and 48, both short, and answered 55 where 12 met the target (docs/capacity.md).
 
     The plateau bounds the answer even when the target is reachable: where the target sits
     within ``plateau`` of the most pods' attainment, the counts between the plateau's start
@@ -602,6 +610,15 @@ def smallest_meeting(
     met = at(hi) >= target
     target = min(target, at(hi) - plateau)
     a, b = lo, hi  # invariant: at(b) meets the target; every count below a misses it
+    if start is not None:
+        s = min(max(start, lo), hi)
+        if at(s) >= target:
+            b = s
+        else:
+            step, a = 1, s + 1
+            while at(min(s + step, hi)) < target:  # hi meets it: the loop ends there
+                a, step = s + step + 1, step * 2
+            b = min(s + step, hi)
     while a < b:
         mid = (a + b) // 2
         if at(mid) >= target:
@@ -650,6 +667,7 @@ def desired_replicas(
         min_replicas,
         max_replicas,
         plateau,
+        start=len(workload.pods) or None,
     )
 
 
