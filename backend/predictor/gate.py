@@ -217,7 +217,8 @@ class RoutedError:
     """The router's live error around the active model's training: on the rows since (what it
     is serving now), on the older ones (the usual live error of routed traffic) and the worst
     run of the older ones as long as the newer: `drift`'s yardsticks. The trainer and the
-    console's warning read drift through it, so they cannot disagree."""
+    console's warning both read drift through it (the trainer's older rows leave the flood
+    rule's outliers out; the console's are the newest samples its page reads)."""
 
     live: LiveError | None
     earlier: LiveError | None
