@@ -121,6 +121,9 @@ def test_a_loaded_pool_asks_for_the_pods_its_load_costs(client: TestClient) -> N
     shown = re.search(r'data-testid="saturation-replicas">(\d+)', page)
     assert shown is not None and int(shown.group(1)) == body["saturation_replicas"]
     assert 'data-testid="saturation-replicas-chart"' in page
+    # Headroom below zero reads as the miss it is (deep queues: the p90 request misses 2 s).
+    assert body["headroom_p90"]["ttft_headroom_ms"] < 0
+    assert re.search(r'TTFT <span class="worse">over by [\d,]+ ms</span>', page)
     # (The monitor's own timer may add ticks between the test's: each reads the state then.)
     counts = [c for _, c in runtime_of(client).capacity.count_history("default")]
     assert counts[-1] == body["saturation_replicas"]
