@@ -214,6 +214,9 @@ def replay_workload(
     ``ValueError``: too few requests."""
     parts = replay_parts(replay.trace, budget.seeds + 1, budget.requests)
     pods = max(1, len(replay.pods))
+    # A P/D pool's samples name its prefill endpoints: replayed on the same split, as the
+    # calibration ran it (``fromsamples.calibrate``).
+    split = f"{replay.prefill_pods}:{replay.decode_pods}" if replay.prefill_pods else None
     n = len(replay.trace)
     error = f"{cal.error:.3f}" if math.isfinite(cal.error) else "unknown"
     routing = (
@@ -227,12 +230,13 @@ def replay_workload(
         label=(
             f"this pool's own traffic: a replay of its last {n} requests "
             f"({replay.drawn_outputs} of {n} output lengths drawn, not paired), "
-            f"{pods} pods seen, simulated as {cal.pod.profile} (prefill x"
+            f"{pods} pods seen{f' ({split} prefill:decode)' if split else ''}, "
+            f"simulated as {cal.pod.profile} (prefill x"
             f"{cal.pod.prefill_scale:.2f}, decode x{cal.pod.decode_scale:.2f}) "
             f"(calibration error {error}, {routing}), at the recorded rate"
         ),
         parts=parts,
-        pool=build_pool(pods, cal.pod.profile),
+        pool=build_pool(pods, cal.pod.profile, split),
         slo=slo,
         load=1.0,
         # The calibrated pod: the prefill and decode shares of every iteration's cost scaled;

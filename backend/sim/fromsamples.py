@@ -39,7 +39,7 @@ from backend.scheduling.types import TransferConfig
 from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.gpu import available_profiles, load_profile
 from backend.sim.online import FIELDS
-from backend.sim.pairing import DISPATCH_LOAD, Pairing, answer_length
+from backend.sim.pairing import DISPATCH_LOAD, PREFILL, Pairing, answer_length
 from backend.sim.pool import build_pool
 from backend.sim.replay import Observation, Recorder
 from backend.sim.report import met_slo, summarize
@@ -91,6 +91,16 @@ class Workload:
     paired_outputs: int
     drawn_outputs: int
     grouped: int  # requests whose prefix came from a sent prefix_group
+    prefill_pods: int = 0
+    """Pods whose samples name them prefill endpoints (``pod_type`` "prefill"): under P/D
+    disaggregation the pool is that many prefill pods and the rest decode pods, and the replay
+    builds it so (``build_pool``'s split). 0: an aggregated pool (or one whose samples name no
+    decode-side pod, which no P/D replay could route)."""
+
+    @property
+    def decode_pods(self) -> int:
+        """The pods that are not prefill pods (all of them in an aggregated pool)."""
+        return len(self.pods) - self.prefill_pods
 
     @property
     def rate_rps(self) -> float:
@@ -102,6 +112,7 @@ class Workload:
             "duration_s": round(self.trace.duration_s, 1),
             "rate_rps": round(self.rate_rps, 3),
             "pods": len(self.pods),
+            "prefill_pods": self.prefill_pods,
             "pod_classes": list(self.pod_classes),
             "outputs_paired": self.paired_outputs,
             "outputs_drawn": self.drawn_outputs,
@@ -190,15 +201,18 @@ def build_workload(rows: Sequence[SampleRow], seed: int = 0, donors: Donors = "r
         hash_offsets=offsets,
         prefix_source="samples",
     )
+    pods = tuple(sorted({r.pod for r in rows if r.pod}))
+    prefill = {r.pod for r in rows if r.pod and r.pod_type == PREFILL}
     return Workload(
         trace=trace,
-        pods=tuple(sorted({r.pod for r in rows if r.pod})),
+        pods=pods,
         pod_classes=tuple(sorted({r.pod_class for r in rows if r.pod_class})),
         observed_ttft_ms=np.array([r.latency_ms for r in ttft]),
         observed_tpot_ms=np.array([r.latency_ms for r in tpot]),
         paired_outputs=int(paired.sum()),
         drawn_outputs=drawn,
         grouped=grouped,
+        prefill_pods=len(prefill) if len(prefill) < len(pods) else 0,
     )
 
 
@@ -312,6 +326,9 @@ class RunResult:
     slo_attainment: float
     ttft_ms: np.ndarray
     tpot_ms: np.ndarray
+    ttft_attainment: float = 0.0
+    """The share of the scored requests whose first token met the TTFT SLO (the P/D search
+    sizes the prefill pods on it)."""
 
 
 def simulate(
@@ -322,11 +339,17 @@ def simulate(
     slo: Slo,
     seed: int = 0,
     score_from_s: float | None = None,
+    prefill_pods: int = 0,
 ) -> RunResult:
-    """``trace`` on ``pods`` pods of ``pod``, routed by the simulator policy ``policy``. With
-    ``score_from_s`` the attainment is that of the requests arriving from then on (the earlier
-    ones are replayed all the same: they load the pods)."""
-    specs = build_pool(pods, pod.profile)
+    """``trace`` on ``pods`` pods of ``pod``, routed by the simulator policy ``policy``; with
+    ``prefill_pods`` > 0 a P/D pool of that many prefill pods and ``pods - prefill_pods`` decode
+    pods. With ``score_from_s`` the attainment is that of the requests arriving from then on
+    (the earlier ones are replayed all the same: they load the pods)."""
+    if not 0 <= prefill_pods < pods:
+        raise ValueError(f"a pool of {pods} pods cannot have {prefill_pods} prefill pods")
+    specs = build_pool(
+        pods, pod.profile, f"{prefill_pods}:{pods - prefill_pods}" if prefill_pods else None
+    )
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pod.profile).kv_bytes_per_token)
     sim = Simulation(
         trace,
@@ -342,12 +365,19 @@ def simulate(
         ),
     )
     result = sim.run()
+    scored = (
+        result.arrival >= score_from_s
+        if score_from_s is not None
+        else np.ones(result.arrival.shape, np.bool_)
+    )
     if score_from_s is None:
         attained = float(summarize(result, slo)["slo_attainment"] or 0.0)
     else:
-        scored = result.arrival >= score_from_s
         attained = float(met_slo(result, slo)[scored].mean()) if scored.any() else 0.0
-    return RunResult(attained, result.ttft_ms, result.tpot_ms)
+    first = (result.ttft_ms <= slo.ttft_ms)[scored]
+    return RunResult(
+        attained, result.ttft_ms, result.tpot_ms, float(first.mean()) if first.size else 0.0
+    )
 
 
 def distribution_error(sim_ms: np.ndarray, obs_ms: np.ndarray) -> float:
@@ -441,7 +471,9 @@ def calibrate(
         if key in seen:
             return seen[key]
         try:
-            run = simulate(workload.trace, pods, pod, policy, slo, seed)
+            run = simulate(
+                workload.trace, pods, pod, policy, slo, seed, prefill_pods=workload.prefill_pods
+            )
         except (RuntimeError, MemoryError):
             # The profile's KV cache cannot hold the workload's longest requests.
             result = _FAILED
@@ -567,6 +599,19 @@ class Desired:
     buy nothing). True: the target is reached, or lies within that plateau."""
     attainment: float  # at ``replicas`` pods
     evaluated: dict[int, float]  # pod count -> simulated attainment
+    prefill_replicas: int | None = None
+    """A P/D pool's answer (``desired_split``): how many of ``replicas`` are prefill pods, the
+    rest decode pods. None for an aggregated pool."""
+    split_evaluated: dict[tuple[int, int], float] = field(default_factory=dict)
+    """A P/D pool's simulations: (prefill, decode) pods -> simulated SLO attainment."""
+
+    @property
+    def decode_replicas(self) -> int | None:
+        return None if self.prefill_replicas is None else self.replicas - self.prefill_replicas
+
+    @property
+    def simulations(self) -> int:
+        return len(self.evaluated) + len(self.split_evaluated)
 
 
 def smallest_meeting(
@@ -652,6 +697,19 @@ def desired_replicas(
 
     trace = workload.trace
     score_from = trace.duration_s - score_last_s if score_last_s else None
+    if workload.prefill_pods:
+        return desired_split(
+            workload,
+            pod,
+            policy,
+            slo,
+            target,
+            max_replicas=max_replicas,
+            min_replicas=min_replicas,
+            plateau=plateau,
+            seed=seed,
+            score_last_s=score_last_s,
+        )
 
     def attainment(n: int) -> float:
         try:
@@ -668,6 +726,81 @@ def desired_replicas(
         max_replicas,
         plateau,
         start=len(workload.pods) or None,
+    )
+
+
+def desired_split(
+    workload: Workload,
+    pod: PodModel,
+    policy: str,
+    slo: Slo,
+    target: float,
+    *,
+    max_replicas: int,
+    min_replicas: int = 1,
+    plateau: float = PLATEAU_TOLERANCE,
+    seed: int = 0,
+    score_last_s: float | None = None,
+) -> Desired:
+    """A P/D pool's desired replicas: how many prefill and how many decode pods keep
+    ``workload`` at ``target``, each role between ``min_replicas`` and ``max_replicas``.
+
+    Three searches of ``smallest_meeting``, each from the pool's present count of its role:
+
+    1. the prefill pods against the share of first tokens within the TTFT SLO, at the present
+       decode pods: the TTFT is mostly the prefill pods' queue, and the joint attainment is
+       capped by the decode side whatever the prefill count (too few decode pods would leave
+       nothing for this search to find);
+    2. the decode pods against the SLO attainment (both SLOs), at those prefill pods;
+    3. the prefill pods again against the SLO attainment, at those decode pods: a request
+       meeting both needs both, so the first count may be short (or, with the decode pods'
+       share of the misses gone, more than enough).
+
+    Not the fewest pods of any split (that would be a search over every split of every
+    count): the coordinate search the roles' separate scaling asks for, each role's count the
+    fewest given the other's. A split at which the simulated pods break down attains nothing,
+    as in ``desired_replicas``; at the top of both ranges the error propagates."""
+    trace = workload.trace
+    score_from = trace.duration_s - score_last_s if score_last_s else None
+    lo, hi = min(max(min_replicas, 1), max_replicas), max(max_replicas, 1)
+    runs: dict[tuple[int, int], RunResult | None] = {}
+
+    def run(p: int, d: int) -> RunResult | None:
+        if (p, d) not in runs:
+            try:
+                runs[p, d] = simulate(trace, p + d, pod, policy, slo, seed, score_from, p)
+            except (RuntimeError, MemoryError):
+                if p >= hi and d >= hi:
+                    raise
+                runs[p, d] = None
+        return runs[p, d]
+
+    def first_tokens(d: int) -> Callable[[int], float]:
+        def at(p: int) -> float:
+            r = run(p, d)
+            return r.ttft_attainment if r is not None else 0.0
+
+        return at
+
+    def both(p: int | None = None, d: int | None = None) -> Callable[[int], float]:
+        def at(n: int) -> float:
+            r = run(n if p is None else p, n if d is None else d)
+            return r.slo_attainment if r is not None else 0.0
+
+        return at
+
+    p0, d0 = workload.prefill_pods, workload.decode_pods
+    prefill = smallest_meeting(first_tokens(d0), target, lo, hi, plateau, start=p0).replicas
+    decode = smallest_meeting(both(p=prefill), target, lo, hi, plateau, start=d0)
+    last = smallest_meeting(both(d=decode.replicas), target, lo, hi, plateau, start=prefill)
+    p, d = last.replicas, decode.replicas
+    return Desired(
+        p + d,
+        decode.met and last.met,
+        last.attainment,
+        {},
+        prefill_replicas=p,
+        split_evaluated={k: (r.slo_attainment if r is not None else 0.0) for k, r in runs.items()},
     )
 
 
@@ -789,7 +922,7 @@ class ReplicaEstimate:
 
     @property
     def simulations(self) -> int:
-        return (len(self.calibration.tried) if self.calibrated else 0) + len(self.desired.evaluated)
+        return (len(self.calibration.tried) if self.calibrated else 0) + self.desired.simulations
 
 
 def estimate_replicas(

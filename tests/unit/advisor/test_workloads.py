@@ -22,6 +22,8 @@ from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.fromsamples import (
     CALIBRATION_STEPS,
+    Calibration,
+    PodModel,
     build_workload,
     calibrate,
     record,
@@ -127,3 +129,16 @@ def test_the_replay_is_calibrated_with_the_active_policy_within_its_cost() -> No
     lmetric = PolicySpec(chain="lmetric", lmetric_pending=False)
     router, why = calibration_router(lmetric, settings, 100, 0)
     assert why is None and router.name == "lmetric(pending=False)"
+
+
+def test_a_pd_pools_replay_keeps_its_split() -> None:
+    """Samples naming prefill endpoints replay on a P/D pool of the same split, as the
+    calibration simulated them (``fromsamples.calibrate``), and the label says so."""
+    slo = Slo(2000.0, 100.0)
+    trace = load_trace("azure-code").scaled(3.0).window(0.0, 60.0)
+    _, observations = record(trace, 4, "a100-llama3-8b", "least-request", slo, pd="3:1")
+    replay = build_workload(rows_from_observations(observations))
+    cal = Calibration(PodModel("a100-llama3-8b"), 0.1, 0.1, 0.1)
+    workload = replay_workload(replay, cal, slo, Budget(100, 2, 1, 1), "llm-d-322")
+    assert sorted(p.role for p in workload.pool) == ["decode", "prefill", "prefill", "prefill"]
+    assert "4 pods seen (3:1 prefill:decode)" in workload.label

@@ -484,10 +484,10 @@ def test_a_kept_calibration_whose_pod_cannot_hold_the_window_is_replaced(
 
     real = fromsamples.simulate
 
-    def small_cache(trace, pods, pod, policy, slo, seed=0, score_from_s=None):  # type: ignore[no-untyped-def]
+    def small_cache(trace, pods, pod, policy, slo, seed=0, score_from_s=None, prefill_pods=0):  # type: ignore[no-untyped-def]
         if pod.profile == "a100-llama2-7b":  # as if this window held a request it cannot
             raise RuntimeError("pod-0: one request outgrew the KV cache")
-        return real(trace, pods, pod, policy, slo, seed, score_from_s)
+        return real(trace, pods, pod, policy, slo, seed, score_from_s, prefill_pods)
 
     monkeypatch.setattr(fromsamples, "simulate", small_cache)
     rows = [r for i in range(MIN_REQUESTS + 5) for r in _request(i * 2.0, 300.0, 400, 20)]
@@ -510,10 +510,10 @@ def test_a_pod_count_whose_simulation_breaks_down_misses_and_at_the_top_raises(
     w = build_workload(rows)
     real = fromsamples.simulate
 
-    def fragile(trace, pods, pod, policy, slo, seed=0, score_from_s=None):  # type: ignore[no-untyped-def]
+    def fragile(trace, pods, pod, policy, slo, seed=0, score_from_s=None, prefill_pods=0):  # type: ignore[no-untyped-def]
         if pods < 3:  # as a pod whose KV cache cannot hold a long request among the others
             raise RuntimeError("pod-0: one request outgrew the KV cache")
-        return real(trace, pods, pod, policy, slo, seed, score_from_s)
+        return real(trace, pods, pod, policy, slo, seed, score_from_s, prefill_pods)
 
     monkeypatch.setattr(fromsamples, "simulate", fragile)
     pod = PodModel("a100-llama3-8b")
@@ -521,3 +521,36 @@ def test_a_pod_count_whose_simulation_breaks_down_misses_and_at_the_top_raises(
     assert d.replicas == 3 and d.evaluated[2] == 0.0
     with pytest.raises(RuntimeError):
         desired_replicas(w, pod, "least-request", DEFAULT_SLO, 0.5, max_replicas=2)
+
+
+def test_a_pd_pools_samples_replay_as_pd_and_desired_replicas_counts_each_role() -> None:
+    """Samples from a P/D pool (upstream's EPP names the prefill endpoint on the TTFT sample,
+    the decode endpoint on the TPOT sample) rebuild a pool of the same split, and desired
+    replicas answers per role: each count the fewest given the other's."""
+    t = load_trace("azure-code").scaled(3.0).window(0.0, 60.0)
+    _, observations = record(t, 4, "a100-llama3-8b", "least-request", DEFAULT_SLO, pd="2:2")
+    w = build_workload(rows_from_observations(observations))
+    assert (len(w.pods), w.prefill_pods, w.decode_pods) == (4, 2, 2)
+    aggregated = build_workload(_recorded("azure-code", 3.0, 60.0, 2)[1])
+    assert aggregated.prefill_pods == 0 and aggregated.decode_pods == 2
+
+    pod = PodModel("a100-llama3-8b")
+    d = desired_replicas(w, pod, "least-request", DEFAULT_SLO, 0.9, max_replicas=6)
+    assert d.prefill_replicas is not None and d.decode_replicas is not None
+    p, n = d.prefill_replicas, d.decode_replicas
+    assert p >= 1 and n >= 1 and d.replicas == p + n
+    assert d.evaluated == {} and d.simulations == len(d.split_evaluated) > 3
+    assert d.met and d.attainment >= 0.9 and d.split_evaluated[p, n] == d.attainment
+
+    def at(p: int, n: int) -> float:
+        return simulate(
+            w.trace, p + n, pod, "least-request", DEFAULT_SLO, prefill_pods=p
+        ).slo_attainment
+
+    assert at(p, n) == d.attainment  # the replay is a P/D pool of that split
+    if p > 1:
+        assert at(p - 1, n) < 0.9
+    if n > 1:
+        assert at(p, n - 1) < 0.9
+    with pytest.raises(ValueError, match="prefill pods"):
+        simulate(w.trace, 2, pod, "least-request", DEFAULT_SLO, prefill_pods=2)
