@@ -86,6 +86,9 @@ class Estimate:
     """The arrival rate replayed: the rate forecast ``desired_lead_s`` ahead
     (``fromsamples.forecast_load``; the lookback's mean without a clear trend or a lead), or
     with ``desired_rate_window_s`` the rate of its last seconds (``fromsamples.current_load``)."""
+    prefill_replicas: int | None = None
+    """A P/D pool's prefill pods among ``replicas`` (the rest decode pods); None when the
+    samples name no prefill pod (``Workload.prefill_pods``)."""
 
 
 def estimate(
@@ -129,6 +132,7 @@ def estimate(
         est.simulations,
         cal,
         est.workload.rate_rps * est.load,
+        d.prefill_replicas,
     )
 
 
@@ -273,6 +277,8 @@ def refresh_pool(
             attainment=est.attainment,
             target=est.target,
             current_pods=len(est.workload.pods),
+            prefill_replicas=est.prefill_replicas,
+            current_prefill_pods=est.workload.prefill_pods if est.prefill_replicas else None,
             requests=len(est.workload.trace),
             rate_rps=est.rate_rps,
             profile=est.profile,

@@ -73,8 +73,24 @@ class CapacityCollector(Collector):
             "Fewest pods that keep the pool's replayed recent traffic at its SLO target.",
             labels=["variant_name", "namespace", "accelerator_type", "pool"],
         )
+        # A P/D pool is two deployments, scaled apart: one series per role, each a variant
+        # of its own (WVA's unit of scaling), so that each deployment's ScaledObject reads
+        # its own (deploy/kubernetes/keda-scaledobject-pd.yaml). The total stays above.
+        by_role = GaugeMetricFamily(
+            "headroom_desired_role_replicas",
+            "A P/D pool's desired prefill or decode pods: each role's fewest given the other's.",
+            labels=["variant_name", "namespace", "accelerator_type", "pool", "role"],
+        )
         for pool, row in sorted(self.monitor.all_desired().items()):
             desired.add_metric([pool, self.namespace, row.profile, pool], row.replicas)
+            if row.prefill_replicas is not None:
+                for role, count in (
+                    ("prefill", row.prefill_replicas),
+                    ("decode", row.replicas - row.prefill_replicas),
+                ):
+                    by_role.add_metric(
+                        [f"{pool}-{role}", self.namespace, row.profile, pool, role], count
+                    )
         # The same shape, so that one ScaledObject can carry both triggers (the HPA scales to
         # the larger): the saturation level's count reacts within a tick to a burst the
         # desired replicas' replay of the last minutes sees late.
@@ -91,4 +107,4 @@ class CapacityCollector(Collector):
                 by_saturation.add_metric(
                     [pool, self.namespace, accelerator, pool], report.saturation_replicas
                 )
-        yield from (pool_level, parts, pod_level, headroom, fresh, desired, by_saturation)
+        yield from (pool_level, parts, pod_level, headroom, fresh, desired, by_role, by_saturation)

@@ -23,6 +23,10 @@ class DesiredReplicas(Base):
     attainment: Mapped[float] = mapped_column(Float)
     target: Mapped[float] = mapped_column(Float)
     current_pods: Mapped[int] = mapped_column(Integer)
+    prefill_replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """A P/D pool's prefill pods among ``replicas`` (the rest decode pods); None: aggregated."""
+    current_prefill_pods: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """Of ``current_pods``, those the samples name prefill endpoints; None: aggregated."""
     requests: Mapped[int] = mapped_column(Integer)
     rate_rps: Mapped[float] = mapped_column(Float)
     profile: Mapped[str] = mapped_column(String(100))

@@ -50,6 +50,18 @@ class DesiredReplicasRead(BaseModel):
     attainment: float = Field(description="Simulated SLO attainment at `replicas` pods.")
     target: float = Field(description="The policy's target_slo_attainment.")
     current_pods: int = Field(description="Pods seen in the replayed samples.")
+    prefill_replicas: int | None = Field(
+        None,
+        description="A P/D pool (its samples name prefill endpoints): how many of `replicas` "
+        "are prefill pods; the rest, `decode_replicas`, decode pods. Each role's count is the "
+        "fewest given the other's. Null for an aggregated pool.",
+    )
+    decode_replicas: int | None = Field(
+        None, description="A P/D pool's decode pods among `replicas`; null for an aggregated pool."
+    )
+    current_prefill_pods: int | None = Field(
+        None, description="Of `current_pods`, the prefill endpoints; null for an aggregated pool."
+    )
     requests: int = Field(description="Requests rebuilt from the samples and replayed.")
     rate_rps: float = Field(
         description="The arrival rate they were replayed at: the rate forecast "
@@ -69,7 +81,10 @@ class DesiredReplicasRead(BaseModel):
 
     @classmethod
     def of(cls, row: DesiredReplicas) -> DesiredReplicasRead:
-        return cls.model_validate(row, from_attributes=True)
+        read = cls.model_validate(row, from_attributes=True)
+        if row.prefill_replicas is not None:
+            read.decode_replicas = row.replicas - row.prefill_replicas
+        return read
 
 
 class SaturationRead(BaseModel):

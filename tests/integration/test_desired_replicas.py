@@ -84,6 +84,9 @@ def test_the_job_computes_desired_replicas_served_as_field_and_gauge(
     assert desired["attainment"] >= desired["target"] == 0.9
     assert 1 <= desired["replicas"] <= 8
     assert desired["current_pods"] == 2
+    # An aggregated pool: no split, no per-role series.
+    assert (desired["prefill_replicas"], desired["decode_replicas"]) == (None, None)
+    assert desired["current_prefill_pods"] is None
     assert desired["profile"] in {"a100-llama2-7b", "a100-llama3-8b", "h100-llama2-7b"}
     assert desired["requests"] > 20 and desired["simulations"] > 3
     assert datetime.fromisoformat(desired["computed_at"]) > datetime.now(UTC) - timedelta(minutes=1)
@@ -114,6 +117,37 @@ def test_the_job_computes_desired_replicas_served_as_field_and_gauge(
     assert all(p.current_pods == 2 for p in points)
     page = client.get("/ui/").text
     assert 'data-testid="desired-chart" data-points="2"' in page
+
+
+def test_a_pd_pool_gets_a_count_per_role_as_field_gauge_and_overview(client: TestClient) -> None:
+    """A P/D pool's samples (the TTFT sample from the prefill endpoint, the TPOT sample from
+    the decode endpoint): the job stores how many of each role, the REST field and the per-role
+    gauges serve them, the Overview shows the split."""
+    runtime = runtime_of(client)
+    post(client, epp_samples(pods=4, pd="2:2"))
+    set_slo(client, 2000, 100)
+    assert refresh_all(runtime.sessions, runtime.settings.capacity) == 1
+    runtime.capacity.refresh()
+    desired = client.get("/v1/pools/default/saturation").json()["desired_replicas"]
+    assert (desired["current_pods"], desired["current_prefill_pods"]) == (4, 2)
+    prefill, decode = desired["prefill_replicas"], desired["decode_replicas"]
+    assert prefill >= 1 and decode >= 1 and prefill + decode == desired["replicas"]
+    assert desired["attainment"] >= desired["target"]
+
+    metrics = client.get("/metrics").text
+    roles = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(
+            r'^headroom_desired_role_replicas\{[^}]*role="(\w+)"[^}]*\} (\S+)$', metrics, re.M
+        )
+    }
+    assert roles == {"prefill": prefill, "decode": decode}
+    assert 'variant_name="default-prefill"' in metrics
+
+    sign_in_new_user(client, "ops", role="viewer")
+    page = client.get("/ui/").text
+    assert f'data-testid="desired-split">({prefill} prefill + {decode} decode)' in page
+    assert "4 pods, 2 of them prefill" in page
 
 
 def test_a_policy_naming_its_pods_profile_calibrates_that_profile_alone(

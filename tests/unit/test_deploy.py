@@ -201,3 +201,50 @@ def test_keda_scaled_object_reads_both_replica_gauges_headroom_exports() -> None
             assert f'{label}="{sample.labels[label]}"' in query
         assert sample.labels["accelerator_type"] == "a100-llama3-8b"
         assert sample.value == value
+
+
+def test_keda_pd_scaled_objects_each_read_their_roles_gauge() -> None:
+    """A P/D pool's two Deployments: each ScaledObject's query names the per-role series the
+    collector exports for a stored P/D answer, with its role's value; an aggregated pool's
+    answer exports none."""
+    from backend.capacity.metrics import CapacityCollector
+    from backend.capacity.models import DesiredReplicas
+
+    docs = [
+        d
+        for d in yaml.safe_load_all(
+            (ROOT / "deploy/kubernetes/keda-scaledobject-pd.yaml").read_text()
+        )
+        if d
+    ]
+    assert [d["kind"] for d in docs] == ["ScaledObject", "ScaledObject"]
+    targets = {d["spec"]["scaleTargetRef"]["name"]: d["spec"]["triggers"] for d in docs}
+    assert set(targets) == {"llama-8b-prefill", "llama-8b-decode"}
+
+    stored = {
+        "llama-8b": DesiredReplicas(replicas=7, prefill_replicas=3, profile="a100-llama3-8b"),
+        "flat": DesiredReplicas(replicas=4, prefill_replicas=None, profile="a100-llama3-8b"),
+    }
+
+    class Monitor:
+        def reports(self) -> dict[str, object]:
+            return {}
+
+        def all_desired(self) -> dict[str, DesiredReplicas]:
+            return stored
+
+    families = list(CapacityCollector(Monitor(), namespace="llm-d").collect())  # type: ignore[arg-type]
+    (family,) = [f for f in families if f.name == "headroom_desired_role_replicas"]
+    by_variant = {s.labels["variant_name"]: s for s in family.samples}
+    assert set(by_variant) == {"llama-8b-prefill", "llama-8b-decode"}  # none for "flat"
+    for deployment, role, value in (
+        ("llama-8b-prefill", "prefill", 3),
+        ("llama-8b-decode", "decode", 4),
+    ):
+        (trigger,) = targets[deployment]
+        query = trigger["metadata"]["query"]
+        sample = by_variant[deployment]
+        assert sample.labels["role"] == role and sample.value == value
+        assert f"{sample.name}{{" in query
+        for label in ("variant_name", "namespace"):
+            assert f'{label}="{sample.labels[label]}"' in query
