@@ -29,7 +29,7 @@ from replay_fidelity import WIRES, wire_rows
 
 from backend.capacity.desired import estimate
 from backend.settings import CapacitySettings
-from backend.sim.fromsamples import PodModel, desired_replicas, record
+from backend.sim.fromsamples import PodModel, desired_replicas, record, simulate
 from backend.sim.replay import DEFAULT_SLO
 from backend.sim.traces.loader import load_trace
 
@@ -48,6 +48,13 @@ def main() -> None:
     ap.add_argument("--wire", choices=WIRES, default="stored")
     ap.add_argument("--truth", action="store_true", help="also bisect the true requests")
     ap.add_argument(
+        "--pd",
+        default=None,
+        help="record on a P/D pool of this split of --pods, e.g. 4:4: the estimate then says "
+        "how many prefill and decode pods (with --truth, the true requests' split and the "
+        "estimate's split replayed on them)",
+    )
+    ap.add_argument(
         "--declared",
         action="store_true",
         help="calibrate only the pods' profile (--gpu), as for a policy naming its gpu_profile",
@@ -56,7 +63,7 @@ def main() -> None:
     settings = CapacitySettings(desired_lookback_s=args.lookback)
     trace = load_trace(args.trace).scaled(args.load).window(args.start, args.start + args.lookback)
     router = settings.desired_router
-    _, observations = record(trace, args.pods, args.gpu, router, DEFAULT_SLO, args.seed)
+    _, observations = record(trace, args.pods, args.gpu, router, DEFAULT_SLO, args.seed, pd=args.pd)
     rows = wire_rows(observations, args.wire)
     runs = []
     for _ in range(args.repeat):
@@ -69,6 +76,7 @@ def main() -> None:
                 "cpu_s": round(time.process_time() - cpu0, 2),
                 "wall_s": round(time.perf_counter() - wall0, 2),
                 "replicas": est.replicas,
+                "prefill_replicas": est.prefill_replicas,
                 "met": est.met,
                 "attainment": round(est.attainment, 4),
                 "profile": est.profile,
@@ -85,8 +93,9 @@ def main() -> None:
         # rate the estimate replayed (its forecast with the default lead).
         load = est.rate_rps / est.workload.rate_rps
         arrived = trace.spread_ties(args.seed)
+        true_trace = arrived.scaled(load) if load != 1 else arrived
         true = desired_replicas(
-            dataclasses.replace(est.workload, trace=arrived.scaled(load) if load != 1 else arrived),
+            dataclasses.replace(est.workload, trace=true_trace),
             PodModel(args.gpu),
             router,
             DEFAULT_SLO,
@@ -95,10 +104,35 @@ def main() -> None:
         )
         truth = {
             "replicas": true.replicas,
+            "prefill_replicas": true.prefill_replicas,
             "met": true.met,
             "attainment": round(true.attainment, 4),
             "load": round(load, 4),
         }
+        if est.prefill_replicas is not None:
+
+            def true_at(p: int, d: int) -> float:
+                run = simulate(
+                    true_trace, p + d, PodModel(args.gpu), router, DEFAULT_SLO, 0, None, p
+                )
+                return round(run.slo_attainment, 4)
+
+            # What the estimate's split attains on the true requests and pod: whether the
+            # pool scaled to it would meet the target.
+            truth["at_estimate"] = true_at(
+                est.prefill_replicas, est.replicas - est.prefill_replicas
+            )
+            # The coordinate search's answer against every split of every smaller total: the
+            # fewest pods of any split that meet the target on the true requests.
+            fewest = None
+            for total in range(2, true.replicas + 1):
+                met = [
+                    (p, a) for p in range(1, total) if (a := true_at(p, total - p)) >= args.target
+                ]
+                if met:
+                    fewest = {"replicas": total, "splits_meeting": [p for p, _ in met]}
+                    break
+            truth["fewest_any_split"] = fewest
     print(
         json.dumps(
             {
@@ -106,6 +140,7 @@ def main() -> None:
                 "trace": args.trace,
                 "load": args.load,
                 "pods": args.pods,
+                "pd": args.pd,
                 "true_gpu": args.gpu,
                 "declared": args.declared,
                 "lookback_s": args.lookback,
