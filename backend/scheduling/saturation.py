@@ -40,10 +40,11 @@ kept in the result.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -580,6 +581,35 @@ def saturation_replicas(
     return current
 
 
+P_D_ROLES: Final = ("prefill", "decode")
+
+
+def role_replicas(
+    level_at: Callable[[float, str], float | None], roles: Sequence[str], budget: float
+) -> dict[str, int] | None:
+    """A P/D pool's saturation count per role: ``saturation_replicas`` for each role with only
+    that role's pods scaled (``level_at(factor, role)``: the level with the role's pods' load
+    times ``factor``, the other role's as it stands). Idle prefill pods leave the misses the
+    decode side causes, and the other way round, so each role is asked for the misses its own
+    load causes. None unless ``roles`` (the fresh pods') hold both roles, or without a level."""
+    if not set(P_D_ROLES) <= set(roles):
+        return None
+    out: dict[str, int] = {}
+    for role in P_D_ROLES:
+        n = sum(r == role for r in roles)
+        count = saturation_replicas(functools.partial(_role_level, level_at, role), n, n, budget)
+        if count is None:
+            return None
+        out[role] = count
+    return out
+
+
+def _role_level(
+    level_at: Callable[[float, str], float | None], role: str, factor: float
+) -> float | None:
+    return level_at(factor, role)
+
+
 def scaled(pod: Candidate, share: float) -> Candidate:
     """``pod`` with its load gauges times ``share``: part of its work left (below 1), or the
     same work spread over fewer pods (above 1). Scaled to no load it carries no progress
@@ -786,15 +816,23 @@ def _at(
         )
         decision = schedule(request, candidates, routed, _fixed(row_ttft, row_tpot), traces=False)
         chosen = _trace(decision.candidates, decision.chosen)
-        if chosen is not None and decision.admitted:
+        # Under P/D the first token comes from the prefill pod the chain paired with the
+        # decode pod it chose: the TTFT is read there, the TPOT on the decode pod. (Read on the
+        # decode pod alone, the level never saw the prefill pods' queues.)
+        first = _trace(decision.candidates, decision.prefill) or chosen
+        if chosen is not None and first is not None and decision.admitted:
             j = next(k for k, pod in enumerate(pods) if pod.name == chosen.name)
-            picked_ok[i] = meets[i, j]
-            picked_alone[:, i] = alone[0][i, j], alone[1][i, j]
+            f = next(k for k, pod in enumerate(pods) if pod.name == first.name)
+            if f == j:
+                picked_ok[i] = meets[i, j]
+            else:  # the two chances apart, as independent
+                picked_ok[i] = alone[0][i, f] * alone[1][i, j]
+            picked_alone[:, i] = alone[0][i, f], alone[1][i, j]
         if i in (mid, high):
             headroom[i] = Headroom(
                 r.prompt_tokens,
                 chosen.name if chosen else None,
-                chosen.ttft_headroom_ms if chosen else None,
+                first.ttft_headroom_ms if first else None,
                 chosen.tpot_headroom_ms if chosen else None,
             )
     level = float(1.0 - picked_ok.mean())

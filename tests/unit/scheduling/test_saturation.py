@@ -19,6 +19,7 @@ from backend.scheduling.saturation import (
     Served,
     latency_requests,
     project,
+    role_replicas,
     saturation,
     saturation_replicas,
     scaled,
@@ -633,3 +634,46 @@ def test_a_pd_pool_and_a_pool_with_no_samples_keep_the_models_tables() -> None:
         [h for _, h in project(pd, ONE, steady, _sharing_twice)],
         [h for _, h in project(pd, ONE, measured, _sharing_twice)],
     )
+
+
+def test_a_pd_pools_count_per_role_is_asked_by_the_misses_its_own_pods_cause() -> None:
+    """Each role's count reads the level with only its pods scaled: 30 points of misses go
+    with the prefill pods' load, 2 with the decode pods'; 10 miss on any pods."""
+
+    def level_at(factor: float, role: str) -> float:
+        return (
+            0.10
+            + 0.30 * (factor if role == "prefill" else 1.0)
+            + 0.02 * (factor if role == "decode" else 1.0)
+        )
+
+    roles = ["prefill"] * 4 + ["decode"] * 4
+    # Prefill: 4 + ceil(4 x 0.30); decode: within the budget on three pods (0.027 <= 0.05).
+    assert role_replicas(level_at, roles, 0.05) == {"prefill": 6, "decode": 3}
+    assert role_replicas(level_at, ["", "", ""], 0.05) is None  # one role: no split
+    assert role_replicas(level_at, ["prefill", "prefill"], 0.05) is None
+    assert role_replicas(lambda f, r: None, roles, 0.05) is None
+
+
+def test_loaded_prefill_pods_ask_for_prefill_pods_not_decode_ones() -> None:
+    """Through the chain's own placement on a P/D pool: prefill pods with deep queues make the
+    TTFT miss, idle decode pods meet the TPOT; the level with the prefill pods idle falls, with
+    the decode pods idle it does not, so only the prefill count rises."""
+    busy = {"num_request_waiting": 30, "num_request_running": 8, "kv_cache_percentage": 0.9}
+    pods = [pod(f"p{i}", role="prefill", **busy) for i in range(2)] + [
+        pod(f"d{i}", role="decode", num_request_running=1, num_request_waiting=0) for i in range(2)
+    ]
+
+    # The level reads each request's TTFT on the prefill pod the chain paired it with (read
+    # on the decode pod, as before, it was 0 here: the prefill queues went unseen).
+    sat = saturation(pods, REQUESTS, POLICY, 1000.0, 50.0, linear)
+    assert sat.level == 1.0 and sat.meeting_ttft == 0.0 and sat.meeting_tpot == 1.0
+    assert sat.p50.ttft_headroom_ms is not None and sat.p50.ttft_headroom_ms < 0
+
+    def level_at(factor: float, role: str) -> float | None:
+        rows = [scaled(p, factor) if p.role == role else p for p in pods]
+        return saturation(rows, REQUESTS, POLICY, 1000.0, 50.0, linear).level
+
+    counts = role_replicas(level_at, [p.role for p in pods], 0.05)
+    assert counts is not None
+    assert counts["prefill"] > 2 and counts["decode"] <= 2
