@@ -107,4 +107,29 @@ class CapacityCollector(Collector):
                 by_saturation.add_metric(
                     [pool, self.namespace, accelerator, pool], report.saturation_replicas
                 )
-        yield from (pool_level, parts, pod_level, headroom, fresh, desired, by_role, by_saturation)
+        # A P/D pool's count per role, as the desired replicas' per-role series.
+        by_saturation_role = GaugeMetricFamily(
+            "headroom_saturation_role_replicas",
+            "A P/D pool's prefill or decode pods the saturation level asks for: the role's "
+            "fresh pods plus the share of requests its own pods' load makes miss, or one fewer.",
+            labels=["variant_name", "namespace", "accelerator_type", "pool", "role"],
+        )
+        for pool, report in sorted(self.monitor.reports().items()):
+            if report.status == OK and report.role_replicas:
+                known = self.monitor.desired(pool)
+                accelerator = known.profile if known is not None else ""
+                for role, count in sorted(report.role_replicas.items()):
+                    by_saturation_role.add_metric(
+                        [f"{pool}-{role}", self.namespace, accelerator, pool, role], count
+                    )
+        yield from (
+            pool_level,
+            parts,
+            pod_level,
+            headroom,
+            fresh,
+            desired,
+            by_role,
+            by_saturation,
+            by_saturation_role,
+        )

@@ -141,6 +141,13 @@ class SaturationRead(BaseModel):
         "Exported as `headroom_saturation_replicas`; reacts within a tick where "
         "`desired_replicas` sizes the next minutes. Null without a level."
     )
+    saturation_role_replicas: dict[str, int] | None = Field(
+        None,
+        description="A P/D pool (fresh pods of both roles): the same count per role, "
+        '{"prefill": n, "decode": m}, each from the misses its own pods\' load causes (only '
+        "that role's pods scaled). Exported as `headroom_saturation_role_replicas{role}`. "
+        "Null for a pool of one role or without a level.",
+    )
     desired_replicas: DesiredReplicasRead | None = Field(
         description="The last desired-replica count the worker computed (every "
         "`HEADROOM_CAPACITY__DESIRED_INTERVAL_S`), with when and how; null before the first, "
@@ -203,5 +210,6 @@ class SaturationRead(BaseModel):
                 for p in (sat.pods if sat else ())
             ],
             saturation_replicas=report.saturation_replicas,
+            saturation_role_replicas=report.role_replicas,
             desired_replicas=wanted,
         )

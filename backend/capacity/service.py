@@ -38,6 +38,7 @@ from backend.samples.models import WINDOW_FEATURES, TargetCode
 from backend.scheduling.record import LevelRecord, corrected
 from backend.scheduling.saturation import (
     Saturation,
+    role_replicas,
     saturation,
     saturation_replicas,
     scaled,
@@ -73,6 +74,9 @@ class PoolReport:
     share of representative requests missing because of load beyond the policy's budget
     (1 - target_slo_attainment), or one fewer where that much work on one pod fewer keeps it.
     From the present level, as the simulated scaler validated it (docs/capacity.md)."""
+    role_replicas: dict[str, int] | None = None
+    """A P/D pool's count per role (``role_replicas``: each role's pods alone scaled), by role
+    name; None for a pool of one role."""
 
 
 # Candidates carry every wire feature but the encoder ones (0 for text-only pools).
@@ -233,7 +237,10 @@ class CapacityMonitor:
         ttft_slo, tpot_slo = policy.spec.default_ttft_slo_ms, policy.spec.default_tpot_slo_ms
 
         def report(
-            status: str, sat: Saturation | None = None, replicas: int | None = None
+            status: str,
+            sat: Saturation | None = None,
+            replicas: int | None = None,
+            by_role: dict[str, int] | None = None,
         ) -> PoolReport:
             return PoolReport(
                 pool,
@@ -246,6 +253,7 @@ class CapacityMonitor:
                 tpot_slo,
                 policy.version,
                 replicas,
+                by_role,
             )
 
         if ttft_slo is None and tpot_slo is None:
@@ -290,23 +298,24 @@ class CapacityMonitor:
             )
             present = sat.present_level
 
-            def level_at(factor: float) -> float:
-                """The present level with every pod's load scaled by ``factor`` (1: the
-                tick's own, already computed)."""
+            def level_at(factor: float, role: str | None = None) -> float:
+                """The present level with every pod's load (or only ``role``'s pods') scaled
+                by ``factor`` (1: the tick's own, already computed)."""
                 if factor == 1.0 and present is not None:
                     return present
-                rows = [scaled(p, factor) for p in pods]
+                rows = [scaled(p, factor) if role in (None, p.role) else p for p in pods]
                 at = saturation(rows, reps, policy.policy, ttft_slo, tpot_slo, predict, meet)
                 return at.level
 
             # The pods the level asks for, from the present level as the simulated scaler was
-            # measured on it (docs/capacity.md, "Both signals").
+            # measured on it (docs/capacity.md, "Both signals"); a P/D pool's per role too.
             budget = 1.0 - policy.spec.target_slo_attainment
             replicas = saturation_replicas(level_at, len(pods), len(pods), budget)
+            by_role = role_replicas(level_at, [p.role for p in pods], budget)
         except ModelsNotReady:  # the model went away between the check and the call
             return report(NO_MODEL)
         recorded = self._recorded(pool_id, policy.version, signals, now, sat, ttft_slo, tpot_slo)
-        return report(OK, recorded, replicas)
+        return report(OK, recorded, replicas, by_role)
 
     def _recorded(
         self,

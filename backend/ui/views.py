@@ -262,6 +262,8 @@ class SaturationPanel:
     record_bias: float | None = None
     saturation_replicas: int | None = None
     """Pods the saturation level asks for (``headroom_saturation_replicas``)."""
+    role_replicas: dict[str, int] | None = None
+    """A P/D pool's count per role (``headroom_saturation_role_replicas``)."""
     count_lines: tuple[str, ...] = ()
     """Its recent ticks as polylines, 0 pods at the bottom and ``count_top`` at the top."""
     count_top: int = 0
@@ -329,6 +331,7 @@ def saturation_panel(
         uncorrected_level=sat.uncorrected_level if sat else None,
         record_bias=sat.record_bias if sat else None,
         saturation_replicas=report.saturation_replicas,
+        role_replicas=report.role_replicas,
         count_lines=tuple(count_lines),
         count_top=count_top,
     )

@@ -130,6 +130,42 @@ def test_a_loaded_pool_asks_for_the_pods_its_load_costs(client: TestClient) -> N
     assert calm["saturation_replicas"] in counts[: counts.index(body["saturation_replicas"])]
 
 
+def test_a_pd_pool_asks_each_role_for_the_pods_its_own_load_costs(client: TestClient) -> None:
+    """Under P/D the level reads a request's TTFT on its prefill pod and its TPOT on its
+    decode pod; prefill pods with deep queues ask for prefill pods, not decode ones, in the
+    field, the per-role gauge and the Overview."""
+    entries = traffic(400, pods=4)
+    for e in entries:
+        e["pod_type"] = "prefill" if e["pod"] in ("pod-0", "pod-1") else "decode"
+    post(client, entries)
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    loaded = traffic(8, pods=2, seed=1)  # the prefill pods' newest samples: deep queues
+    for e in loaded:
+        e.update(pod_type="prefill", num_request_running=48, num_request_waiting=40)
+        e.update(kv_cache_percentage=0.95, prefill_tokens_in_flight=120_000)
+    post(client, loaded)
+    body = saturation_of(client)
+    assert body["status"] == "ok" and body["fresh_pods"] == 4
+    levels = {p["pod"]: p["saturation"] for p in body["pods"]}
+    assert min(levels["pod-0"], levels["pod-1"]) > max(levels["pod-2"], levels["pod-3"])
+    assert body["present_saturation"] > 0.5  # the prefill pods' queues, read at the TTFT
+    roles = body["saturation_role_replicas"]
+    assert roles is not None and roles["prefill"] > 2 >= roles["decode"]
+    text = client.get("/metrics").text
+    for role in ("prefill", "decode"):
+        assert (
+            'headroom_saturation_role_replicas{accelerator_type="",namespace="default",'
+            f'pool="default",role="{role}",variant_name="default-{role}"}} {float(roles[role])}'
+        ) in text
+    sign_in_new_user(client, "ops", role="viewer")
+    page = client.get("/ui/").text
+    assert (
+        f'data-testid="saturation-role-replicas">{roles["prefill"]} prefill, '
+        f"{roles['decode']} decode<"
+    ) in page
+
+
 def test_saturation_is_exported_for_the_autoscaler(client: TestClient) -> None:
     post(client, traffic(300, pods=2))
     set_slo(client, 2000, 100)

@@ -209,6 +209,7 @@ def test_keda_pd_scaled_objects_each_read_their_roles_gauge() -> None:
     answer exports none."""
     from backend.capacity.metrics import CapacityCollector
     from backend.capacity.models import DesiredReplicas
+    from backend.capacity.service import OK, PoolReport
 
     docs = [
         d
@@ -225,26 +226,52 @@ def test_keda_pd_scaled_objects_each_read_their_roles_gauge() -> None:
         "llama-8b": DesiredReplicas(replicas=7, prefill_replicas=3, profile="a100-llama3-8b"),
         "flat": DesiredReplicas(replicas=4, prefill_replicas=None, profile="a100-llama3-8b"),
     }
+    now = datetime.now(UTC)
+    ticked = {
+        "llama-8b": PoolReport(
+            "llama-8b",
+            OK,
+            now,
+            _SATURATION,
+            7,
+            (),
+            2000.0,
+            100.0,
+            1,
+            8,
+            {"prefill": 5, "decode": 3},
+        ),
+        "flat": PoolReport("flat", OK, now, _SATURATION, 4, (), 2000.0, 100.0, 1, 4),
+    }
 
     class Monitor:
-        def reports(self) -> dict[str, object]:
-            return {}
+        def reports(self) -> dict[str, PoolReport]:
+            return ticked
+
+        def desired(self, pool: str) -> DesiredReplicas | None:
+            return stored.get(pool)
 
         def all_desired(self) -> dict[str, DesiredReplicas]:
             return stored
 
     families = list(CapacityCollector(Monitor(), namespace="llm-d").collect())  # type: ignore[arg-type]
-    (family,) = [f for f in families if f.name == "headroom_desired_role_replicas"]
-    by_variant = {s.labels["variant_name"]: s for s in family.samples}
-    assert set(by_variant) == {"llama-8b-prefill", "llama-8b-decode"}  # none for "flat"
-    for deployment, role, value in (
-        ("llama-8b-prefill", "prefill", 3),
-        ("llama-8b-decode", "decode", 4),
+    for metric, name, values in (
+        ("headroom_desired_role_replicas", "desired", {"prefill": 3, "decode": 4}),
+        ("headroom_saturation_role_replicas", "saturation", {"prefill": 5, "decode": 3}),
     ):
-        (trigger,) = targets[deployment]
-        query = trigger["metadata"]["query"]
-        sample = by_variant[deployment]
-        assert sample.labels["role"] == role and sample.value == value
-        assert f"{sample.name}{{" in query
-        for label in ("variant_name", "namespace"):
-            assert f'{label}="{sample.labels[label]}"' in query
+        (family,) = [f for f in families if f.name == metric]
+        by_variant = {s.labels["variant_name"]: s for s in family.samples}
+        assert set(by_variant) == {"llama-8b-prefill", "llama-8b-decode"}  # none for "flat"
+        for role, value in values.items():
+            deployment = f"llama-8b-{role}"
+            (trigger,) = [
+                t for t in targets[deployment] if t["name"].startswith(f"headroom-{name}")
+            ]
+            query = trigger["metadata"]["query"]
+            sample = by_variant[deployment]
+            assert sample.labels["role"] == role and sample.value == value
+            assert sample.labels["accelerator_type"] == "a100-llama3-8b"
+            assert f"{sample.name}{{" in query
+            for label in ("variant_name", "namespace"):
+                assert f'{label}="{sample.labels[label]}"' in query
+    assert all(len(t) == 2 for t in targets.values())  # both triggers, the HPA takes the larger
