@@ -4,7 +4,7 @@
         [--requests 1500] [--pods 4] [--relative 0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2]
         [--saturation-load azure=1.324] [--offset 0] [--arrival-window 120]
         [--present-weight 0.6] [--no-served] [--probe-every 5] [--max-probes 600]
-        [--also-every 2,1] [--future 15] [--no-record]
+        [--also-every 2,1] [--future 15] [--no-record] [--pd 2:2]
 
 Per trace (the benchmark suites' traces and SLOs: Mooncake conversation at TTFT 2 s, Azure code
 at 1 s, TPOT 100 ms both; ``a100-llama3-8b`` pods routed by Headroom's policy, trained online):
@@ -80,7 +80,7 @@ GRID = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 def _setup(suite_name: str, args: argparse.Namespace, load: float, seed: int) -> Simulation:
     suite = SUITES[suite_name]
-    pool = build_pool(args.pods, suite.gpu)
+    pool = build_pool(args.pods, suite.gpu, args.pd)
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pool[0].profile).kv_bytes_per_token)
     tenants = TenantModel(seed=seed) if suite.trace.startswith("azure") else None
     full = load_trace(suite.trace, tenants)
@@ -92,8 +92,11 @@ def _setup(suite_name: str, args: argparse.Namespace, load: float, seed: int) ->
     # At low load the same requests span hours: retrain at most about 100 times a run (every
     # 10 simulated seconds otherwise), or the fits dominate the run.
     retrain = max(10.0, float(trace.arrival_s[-1]) / 100)
+    # A P/D pool moves each request's KV from its prefill pod to its decode pod over the fabric
+    # its router prices (``fromsamples.record``'s); an aggregated pool's runs stay as on file.
+    transfer = {"transfer": fabric} if args.pd else {}
     return Simulation(
-        trace, pool, router, SimConfig(slo=slo, seed=seed, retrain_interval_s=retrain)
+        trace, pool, router, SimConfig(slo=slo, seed=seed, retrain_interval_s=retrain, **transfer)
     )
 
 
@@ -357,6 +360,12 @@ def main() -> None:
         "time, present, next, measured, requests), as the coarse grid's always are",
     )
     parser.add_argument("--pods", type=int, default=4)
+    parser.add_argument(
+        "--pd",
+        default=None,
+        help="a P/D split of --pods, e.g. 2:2: the level of a P/D pool (TTFT read on the "
+        "prefill pod the chain pairs, TPOT on the decode pod) against its measured attainment",
+    )
     parser.add_argument("--relative", default="0.1,0.3,0.5,0.7,0.9,1.0,1.1,1.2")
     parser.add_argument(
         "--saturation-load",
