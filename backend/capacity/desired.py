@@ -278,7 +278,9 @@ def refresh_pool(
             target=est.target,
             current_pods=len(est.workload.pods),
             prefill_replicas=est.prefill_replicas,
-            current_prefill_pods=est.workload.prefill_pods if est.prefill_replicas else None,
+            current_prefill_pods=(
+                est.workload.prefill_pods if est.prefill_replicas is not None else None
+            ),
             requests=len(est.workload.trace),
             rate_rps=est.rate_rps,
             profile=est.profile,

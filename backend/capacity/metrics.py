@@ -100,13 +100,6 @@ class CapacityCollector(Collector):
             "of requests missing because of load beyond the SLO budget, or one fewer.",
             labels=["variant_name", "namespace", "accelerator_type", "pool"],
         )
-        for pool, report in sorted(self.monitor.reports().items()):
-            if report.status == OK and report.saturation_replicas is not None:
-                known = self.monitor.desired(pool)  # the calibrated profile, where there is one
-                accelerator = known.profile if known is not None else ""
-                by_saturation.add_metric(
-                    [pool, self.namespace, accelerator, pool], report.saturation_replicas
-                )
         # A P/D pool's count per role, as the desired replicas' per-role series.
         by_saturation_role = GaugeMetricFamily(
             "headroom_saturation_role_replicas",
@@ -115,13 +108,17 @@ class CapacityCollector(Collector):
             labels=["variant_name", "namespace", "accelerator_type", "pool", "role"],
         )
         for pool, report in sorted(self.monitor.reports().items()):
-            if report.status == OK and report.role_replicas:
-                known = self.monitor.desired(pool)
-                accelerator = known.profile if known is not None else ""
-                for role, count in sorted(report.role_replicas.items()):
-                    by_saturation_role.add_metric(
-                        [f"{pool}-{role}", self.namespace, accelerator, pool, role], count
-                    )
+            if report.status != OK or report.saturation_replicas is None:
+                continue
+            known = self.monitor.desired(pool)  # the calibrated profile, where there is one
+            accelerator = known.profile if known is not None else ""
+            by_saturation.add_metric(
+                [pool, self.namespace, accelerator, pool], report.saturation_replicas
+            )
+            for role, count in sorted((report.role_replicas or {}).items()):
+                by_saturation_role.add_metric(
+                    [f"{pool}-{role}", self.namespace, accelerator, pool, role], count
+                )
         yield from (
             pool_level,
             parts,
