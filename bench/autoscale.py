@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from backend.scheduling.types import TransferConfig
 from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
+    ROLES,
     TREND_S,
     AutoscaleResult,
     Combined,
@@ -166,6 +167,26 @@ def _scaler(name: str, args: argparse.Namespace, trace: Trace | None = None) -> 
     raise SystemExit(f"unknown scaler {name!r}; choose from {known}, foresight@... or fixed-N")
 
 
+def _role_scalers(name: str, args: argparse.Namespace) -> dict[str, Scaler]:
+    """A P/D pool's scaler ``name`` as one per role's Deployment: a baseline's own instance on
+    each role's pods; Headroom's desired replicas one estimate whose split both roles read
+    (the service's ``headroom_desired_role_replicas``); its saturation count each role's
+    (``headroom_saturation_role_replicas``)."""
+    if name.startswith("foresight"):
+        raise SystemExit("foresight counts pods by prompt tokens, not per role: not with --pd")
+    if name in ("headroom-desired", "headroom-combined"):
+        desired = DesiredReplicas(slo(args), **desired_options(args))
+        if name == "headroom-desired":
+            return {role: desired.role(role) for role in ROLES}
+        return {
+            role: Combined(
+                (desired.role(role), _scaler("headroom-saturation-gauge", args)), name=name
+            )
+            for role in ROLES
+        }
+    return {role: _scaler(name, args) for role in ROLES}
+
+
 def burst_at(args: argparse.Namespace) -> float:
     """When the step's burst starts."""
     return float(args.warmup_s + args.step_s / 3)
@@ -177,7 +198,9 @@ def one_run(
     """One scaler (or the name of one, built on this run's trace) on one seed of one traffic
     shape (``ramp`` or ``step``)."""
     slots = 2 * args.max_pods  # draining pods keep their slot while new ones start
-    pods = build_pool(slots, args.gpu)
+    pods = build_pool(
+        2 * slots if args.pd else slots, args.gpu, f"{slots}:{slots}" if args.pd else None
+    )
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
     warm = args.warmup_s
     horizon = warm + (2 * args.up_s if shape == "ramp" else args.step_s)
@@ -190,15 +213,33 @@ def one_run(
     trace = warp(load_trace(args.trace, tenants).spread_ties(seed), rate, horizon)
     router = make_policy(OURS, fabric, seed)
     assert isinstance(router, PredictedLatency)
-    if isinstance(scaler, str):
-        scaler = _scaler(scaler, args, trace)
-    fleet = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.initial)
+    if args.pd:
+        # One fleet per role's Deployment, over the pool's pods of that role, each within
+        # --min-pods and --max-pods from the split's count.
+        initial = dict(zip(ROLES, (int(n) for n in args.pd.split(":")), strict=True))
+        fleets: Fleet | dict[str, Fleet] = {
+            role: Fleet(
+                slots,
+                args.min_pods,
+                args.max_pods,
+                args.startup_s,
+                initial[role],
+                indices=tuple(i for i, p in enumerate(pods) if p.role == role),
+            )
+            for role in ROLES
+        }
+        scalers: Scaler | dict[str, Scaler] = (
+            _role_scalers(scaler, args) if isinstance(scaler, str) else scaler
+        )
+    else:
+        scalers = _scaler(scaler, args, trace) if isinstance(scaler, str) else scaler
+        fleets = Fleet(slots, args.min_pods, args.max_pods, args.startup_s, args.initial)
     return run_autoscaled(
         trace,
         pods,
         router,
-        scaler,
-        fleet,
+        scalers,
+        fleets,
         slo(args),
         seed,
         measure_from_s=warm,
@@ -225,6 +266,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "gpu_hours": round(result.gpu_hours, 4),
                         "recovery_s": recover,
                         "peak_replicas": max(r for _, r, _, _ in result.timeline),
+                        **(
+                            {
+                                "peak_role_replicas": {
+                                    role: max(r for _, r, _ in periods)
+                                    for role, periods in result.by_role.items()
+                                }
+                            }
+                            if result.by_role
+                            else {}
+                        ),
                         "cpu_s": round(time.process_time() - started, 1),
                     }
                 )
@@ -262,6 +313,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--min-pods", type=int, default=2)
     parser.add_argument("--max-pods", type=int, default=12)
     parser.add_argument("--initial", type=int, default=3)
+    parser.add_argument(
+        "--pd",
+        default=None,
+        help="a P/D pool starting at this split, e.g. 2:2: each role its own Deployment, "
+        "scaled by its own scaler within --min-pods and --max-pods (GPU-hours count both)",
+    )
     parser.add_argument("--warmup-s", type=float, default=240.0)
     parser.add_argument("--startup-s", type=float, default=90.0)
     parser.add_argument("--queue-target", type=float, default=5.0)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal, Protocol
 
@@ -69,6 +69,7 @@ from backend.sim.engine import SimConfig, SimResult, Simulation
 from backend.sim.fromsamples import (
     PLATEAU_TOLERANCE,
     Calibration,
+    Desired,
     ReplicaEstimate,
     SampleRow,
     estimate_replicas,
@@ -83,17 +84,23 @@ from backend.sim.view import Slo
 
 PodState = Literal["off", "starting", "ready", "draining"]
 
+ROLES: Final = ("prefill", "decode")
+"""A P/D pool's roles, each a Deployment of its own: one fleet and one scaler each."""
+
 
 @dataclass
 class Fleet:
     """Which pods are on, and since when; GPU time counts from the request for a pod to the end
-    of its draining."""
+    of its draining. Pods are named by their index in the pool: slot ``i`` is pod
+    ``indices[i]`` (by default pod ``i``); a P/D pool has one fleet per role, over its role's
+    pods."""
 
     slots: int
     min_pods: int
     max_pods: int
     startup_s: float
     initial: int
+    indices: tuple[int, ...] = ()
     state: list[PodState] = field(init=False)
     ready_at: list[float] = field(init=False)
     on_since: list[float] = field(init=False)
@@ -108,6 +115,10 @@ class Fleet:
             raise ValueError("need at least max_pods slots")
         if self.startup_s < 0:
             raise ValueError("startup_s must be >= 0")
+        if not self.indices:
+            self.indices = tuple(range(self.slots))
+        if len(self.indices) != self.slots or len(set(self.indices)) != self.slots:
+            raise ValueError("one distinct pod index per slot")
         ready: list[PodState] = ["ready"] * self.initial
         off: list[PodState] = ["off"] * (self.slots - self.initial)
         self.state = ready + off
@@ -115,24 +126,28 @@ class Fleet:
         self.on_since = [0.0] * self.slots
 
     def pods(self, state: PodState) -> list[int]:
-        return [i for i, s in enumerate(self.state) if s == state]
+        return [self.indices[i] for i, s in enumerate(self.state) if s == state]
 
     @property
     def replicas(self) -> int:
         """What the autoscaler controls: ready + starting."""
         return sum(1 for s in self.state if s in ("ready", "starting"))
 
-    def _off(self, pod: int, now: float) -> None:
-        self.gpu_s += now - self.on_since[pod]
-        self.state[pod] = "off"
+    def ready_times(self) -> list[float]:
+        """When each starting pod becomes ready."""
+        return [self.ready_at[i] for i, s in enumerate(self.state) if s == "starting"]
+
+    def _off(self, slot: int, now: float) -> None:
+        self.gpu_s += now - self.on_since[slot]
+        self.state[slot] = "off"
 
     def advance(self, now: float, busy: Callable[[int], bool]) -> None:
         """Starting pods whose load is done become ready; idle draining pods go off."""
-        for pod, s in enumerate(self.state):
-            if s == "starting" and self.ready_at[pod] <= now:
-                self.state[pod] = "ready"
-            elif s == "draining" and not busy(pod):
-                self._off(pod, now)
+        for slot, s in enumerate(self.state):
+            if s == "starting" and self.ready_at[slot] <= now:
+                self.state[slot] = "ready"
+            elif s == "draining" and not busy(self.indices[slot]):
+                self._off(slot, now)
 
     def scale_to(self, desired: int, now: float, load: Callable[[int], int]) -> int:
         """Start or remove pods towards ``desired`` (clamped to [min, max]); returns the count
@@ -140,21 +155,24 @@ class Fleet:
         not-ready pods first), then drains the ready pods holding the least work."""
         target = min(max(desired, self.min_pods), self.max_pods)
         delta = target - self.replicas
+        slots = range(self.slots)
         if delta > 0:
-            free = self.pods("off")
+            free = [i for i in slots if self.state[i] == "off"]
             if len(free) < delta:
                 raise RuntimeError("no free slot: raise slots (draining pods still hold theirs)")
-            for pod in free[:delta]:
-                self.state[pod] = "starting"
-                self.ready_at[pod] = now + self.startup_s
-                self.on_since[pod] = now
+            for slot in free[:delta]:
+                self.state[slot] = "starting"
+                self.ready_at[slot] = now + self.startup_s
+                self.on_since[slot] = now
         elif delta < 0:
-            starting = sorted(self.pods("starting"), key=lambda p: -self.on_since[p])
-            for pod in starting[:-delta]:
-                self._off(pod, now)
+            starting = [i for i in slots if self.state[i] == "starting"]
+            for slot in sorted(starting, key=lambda i: -self.on_since[i])[:-delta]:
+                self._off(slot, now)
                 delta += 1
-            for pod in sorted(self.pods("ready"), key=load)[:-delta] if delta < 0 else []:
-                self.state[pod] = "draining"
+            if delta < 0:
+                ready = [i for i in slots if self.state[i] == "ready"]
+                for slot in sorted(ready, key=lambda i: load(self.indices[i]))[:-delta]:
+                    self.state[slot] = "draining"
         return target
 
     def gpu_hours(self, now: float) -> float:
@@ -375,12 +393,14 @@ class DesiredReplicas:
     score_last_s: float | None = None
     """Score each replay on its last this many seconds' requests; None: on all of them."""
     name: str = "headroom-desired"
-    _last: tuple[float, int] | None = None
+    _last: tuple[float, Desired] | None = None
     _calibration: tuple[float, Calibration] | None = None
     runs: list[ReplicaEstimate] = field(default_factory=list)
     """Every estimate made, oldest first (for reports and tests)."""
 
-    def desired(self, obs: Observation) -> int:
+    def estimate(self, obs: Observation) -> Desired | None:
+        """The latest answer: a new run every ``every_s``, the last one in between; None
+        before the first (too few samples)."""
         if self._last is not None and obs.now - self._last[0] < self.every_s:
             return self._last[1]
         kept = self._calibration
@@ -402,12 +422,41 @@ class DesiredReplicas:
             score_last_s=self.score_last_s,
         )
         if est is None:
-            return obs.replicas
+            return None
         if est.calibrated:
             self._calibration = (obs.now, est.calibration)
         self.runs.append(est)
-        self._last = (obs.now, est.desired.replicas)
-        return est.desired.replicas
+        self._last = (obs.now, est.desired)
+        return est.desired
+
+    def desired(self, obs: Observation) -> int:
+        answer = self.estimate(obs)
+        return obs.replicas if answer is None else answer.replicas
+
+    def role(self, role: str) -> RoleDesired:
+        """The scaler of one role's Deployment in a P/D pool: this estimate's count of that
+        role (the service's ``headroom_desired_role_replicas``). Both roles share the runs."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}")
+        return RoleDesired(self, role, self.name)
+
+
+@dataclass
+class RoleDesired:
+    """One role's count from a P/D pool's desired replicas (``DesiredReplicas.role``). Where
+    the estimate has no split (its samples name no prefill pod) the role's count stays."""
+
+    parent: DesiredReplicas
+    role: str
+    name: str
+
+    def desired(self, obs: Observation) -> int:
+        answer = self.parent.estimate(obs)
+        if answer is None or answer.prefill_replicas is None:
+            return obs.replicas
+        if self.role == "prefill":
+            return answer.prefill_replicas
+        return answer.replicas - answer.prefill_replicas
 
 
 def meets_slo(result: SimResult, slo: Slo) -> npt.NDArray[np.bool_]:
@@ -479,6 +528,8 @@ class AutoscaleResult:
     outcomes: SimResult
     ok: npt.NDArray[np.bool_]
     """Per request: met both SLOs."""
+    by_role: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)
+    """A P/D pool's roles: per control period (time s, the role's replicas, its ready pods)."""
 
     def recovery_s(
         self, after_s: float, window_s: float = 60.0, within: float = 0.05
@@ -502,9 +553,12 @@ class AutoscaleResult:
         return None
 
 
-def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Candidate]:
+def _candidates(
+    sim: Simulation, pods: Sequence[int], factor: float, scale: Collection[int] | None = None
+) -> list[Candidate]:
     """The pods as the router sees them (scraped gauges, its in-flight counts), their load
-    scaled by ``factor`` (the same work over fewer pods)."""
+    scaled by ``factor`` (the same work over fewer pods); with ``scale``, only those pods'
+    (a P/D pool's one role)."""
     v = sim.view
     out = []
     for p in pods:
@@ -529,7 +583,7 @@ def _candidates(sim: Simulation, pods: Sequence[int], factor: float) -> list[Can
             oldest_prefill_wait_ms=oldest,
             ms_since_last_first_token=since_first,
         )
-        out.append(scaled(pod, factor))
+        out.append(scaled(pod, factor if scale is None or p in scale else 1.0))
     return out
 
 
@@ -737,13 +791,18 @@ class Probe:
             tpot_ms=(sim._done[tpot] - sim._first[tpot]) / (trace.output_tokens[tpot] - 1) * 1000.0,
         )
 
-    def level(self, pods: Sequence[int], factor: float = 1.0) -> float | None:
-        sat = self.saturation(pods, factor)
+    def level(
+        self, pods: Sequence[int], factor: float = 1.0, scale: Collection[int] | None = None
+    ) -> float | None:
+        sat = self.saturation(pods, factor, scale)
         return sat.level if sat is not None else None
 
-    def saturation(self, pods: Sequence[int], factor: float = 1.0) -> Saturation | None:
+    def saturation(
+        self, pods: Sequence[int], factor: float = 1.0, scale: Collection[int] | None = None
+    ) -> Saturation | None:
         """The level and its parts (``Saturation.present_level``, ``next_level``); None before
-        the models are ready or with no recent request."""
+        the models are ready or with no recent request. ``factor`` scales the load of the pods
+        in ``scale`` (default: all of ``pods``)."""
         predictors = list(self.router.predictors.values())
         if not pods or not predictors or not all(p.ready() for p in predictors):
             return None
@@ -767,7 +826,7 @@ class Probe:
 
         slo = self.sim.config.slo
         sat = saturation(
-            _candidates(self.sim, pods, factor),
+            _candidates(self.sim, pods, factor, scale),
             reps,
             self.router.config.policy,
             slo.ttft_ms,
@@ -785,12 +844,24 @@ class Probe:
         return corrected(sat, bias)
 
 
+@dataclass
+class _Group:
+    """Pods scaled together: a pool's, or one role's of a P/D pool."""
+
+    role: str
+    fleet: Fleet
+    scaler: Scaler
+    routable: list[int]
+    """The view's list the router picks this group's pods from: kept the ready ones."""
+    wanted: deque[tuple[float, int]] = field(default_factory=deque)
+
+
 def run_autoscaled(
     trace: Trace,
     pods: Sequence[PodSpec],
     router: PredictedLatency,
-    scaler: Scaler,
-    fleet: Fleet,
+    scaler: Scaler | Mapping[str, Scaler],
+    fleet: Fleet | Mapping[str, Fleet],
     slo: Slo,
     seed: int = 0,
     period_s: float = 15.0,
@@ -803,14 +874,19 @@ def run_autoscaled(
     (spread its ties beforehand). Attainment and GPU-hours count from ``measure_from_s`` (after
     a warm-up in which the scaler settles) to the last arrival. The saturation level a scaler
     reads is the pods' as they stand, or with ``present_weight`` the service's mix of that and
-    the next interval's (the recent arrivals replayed)."""
-    if len(pods) != fleet.slots:
-        raise ValueError("one pod spec per fleet slot")
-    # The recorder hands the router every decision and keeps the samples an EPP would post.
+    the next interval's (the recent arrivals replayed).
+
+    A P/D pool (``pods`` with prefill and decode roles) takes a fleet and a scaler per role
+    (mappings keyed by ``ROLES``), as a cluster scales the two Deployments apart: each role's
+    scaler reads its own pods' gauges and replica count, and a level with only its own pods'
+    load scaled (``role_replicas``' question); the HPA's behaviour applies to each alone."""
     recorder = Recorder(router)
     sim = Simulation(trace, pods, recorder, SimConfig(slo=slo, seed=seed, spread_ties=False))
-    routable = sim.view.decode_pods  # the router routes over this list: keep it the ready pods
-    routable[:] = fleet.pods("ready")
+    groups = _groups(sim, scaler, fleet)
+    if len(pods) != sum(g.fleet.slots for g in groups):
+        raise ValueError("one pod spec per fleet slot")
+    for g in groups:
+        g.routable[:] = g.fleet.pods("ready")
     probe = (
         Probe(sim, router, next_interval=False)
         if present_weight is None
@@ -837,62 +913,124 @@ def run_autoscaled(
         posted_at.extend(r.time_s for r in fresh)
         return posted[bisect_left(posted_at, sim.view.now - seconds) :]
 
+    def ready() -> list[int]:
+        return sorted(p for g in groups for p in g.fleet.pods("ready"))
+
+    def level_of(g: _Group) -> Callable[[Sequence[int], float], float | None]:
+        if len(groups) == 1:
+            return probe.level
+
+        def role_level(own: Sequence[int], factor: float) -> float | None:
+            # The whole pool's level, only this role's pods' load scaled.
+            return probe.level(ready(), factor, scale=own)
+
+        return role_level
+
+    def gpu(now: float) -> float:
+        return sum(g.fleet.gpu_hours(now) for g in groups)
+
+    def settling() -> bool:
+        return any(g.fleet.pods("draining") or g.fleet.pods("starting") for g in groups)
+
     horizon = float(trace.arrival_s[-1]) if len(trace) else 0.0
     gpu_hours: float | None = None
     gpu_before: float | None = None
-    wanted: deque[tuple[float, int]] = deque()
     timeline: list[tuple[float, int, int, float]] = []
+    by_role: dict[str, list[tuple[float, int, int]]] = {g.role: [] for g in groups}
     t, more = 0.0, True
     next_period = 0.0
-    while more or fleet.pods("draining") or fleet.pods("starting"):
+    while more or settling():
         more = sim.run_until(t)
         sim.view.now = t
-        fleet.advance(t, busy)
+        for g in groups:
+            g.fleet.advance(t, busy)
         if t >= next_period:
-            gauges = {}
-            for p in fleet.pods("ready"):
-                g = sim.view.scraped(p)
-                gauges[p] = PodGauges(g.kv_cache_usage, g.num_waiting, g.num_running)
-            obs = Observation(
-                t,
-                fleet.replicas,
-                len(fleet.pods("starting")),
-                gauges,
-                probe.level,
-                recent,
-                samples,
-            )
-            want = scaler.desired(obs)
-            wanted.append((t, want))
-            while wanted[0][0] < t - stabilise_down_s:
-                wanted.popleft()
-            if want < fleet.replicas:
-                # HPA's scale-down stabilisation: the highest recommendation of the window.
-                want = min(fleet.replicas, max(w for _, w in wanted))
-            fleet.scale_to(want, t, load)
-            timeline.append((t, fleet.replicas, len(fleet.pods("ready")), math.nan))
+            for g in groups:
+                _control(g, sim, t, stabilise_down_s, level_of(g), recent, samples, load)
+                by_role[g.role].append((t, g.fleet.replicas, len(g.fleet.pods("ready"))))
+            replicas = sum(g.fleet.replicas for g in groups)
+            timeline.append((t, replicas, len(ready()), math.nan))
             next_period = t + period_s
             if gpu_before is None and t >= measure_from_s:
-                gpu_before = fleet.gpu_hours(t)
+                gpu_before = gpu(t)
             if gpu_hours is None and t >= horizon:
-                gpu_hours = fleet.gpu_hours(t)  # over the traffic, not the tail's draining
-        routable[:] = fleet.pods("ready")
-        if not more and not fleet.pods("draining") and not fleet.pods("starting"):
+                gpu_hours = gpu(t)  # over the traffic, not the tail's draining
+        for g in groups:
+            g.routable[:] = g.fleet.pods("ready")
+        if not more and not settling():
             break
-        ready_times = [fleet.ready_at[p] for p in fleet.pods("starting")]
-        t = min([next_period, *[r for r in ready_times if r > t]])
+        ready_times = [r for g in groups for r in g.fleet.ready_times() if r > t]
+        t = min([next_period, *ready_times])
     result = sim.run()  # nothing is left to process: this collects the outcomes
     measured = result.arrival >= measure_from_s
-    end = gpu_hours if gpu_hours is not None else fleet.gpu_hours(t)
+    end = gpu_hours if gpu_hours is not None else gpu(t)
     return AutoscaleResult(
-        scaler=scaler.name,
+        scaler=groups[0].scaler.name if len(groups) == 1 else _role_names(groups),
         attainment=float(meets_slo(result, slo)[measured].mean()) if measured.any() else 1.0,
         gpu_hours=end - (gpu_before or 0.0),
         requests=len(trace),
         timeline=_per_period(timeline, result, slo, trace, period_s),
         outcomes=result,
         ok=meets_slo(result, slo),
+        by_role=by_role if len(groups) > 1 else {},
     )
+
+
+def _groups(
+    sim: Simulation, scaler: Scaler | Mapping[str, Scaler], fleet: Fleet | Mapping[str, Fleet]
+) -> list[_Group]:
+    """One group for a pool of one role; one per role of a P/D pool, whose fleets must hold
+    exactly that role's pods."""
+    view = sim.view
+    if isinstance(fleet, Fleet) and not isinstance(scaler, Mapping):
+        if view.prefill_pods:
+            raise ValueError("a P/D pool takes a fleet and a scaler per role")
+        return [_Group("", fleet, scaler, view.decode_pods)]
+    if not isinstance(fleet, Mapping) or not isinstance(scaler, Mapping):
+        raise ValueError("give both a fleet and a scaler per role, or one of each")
+    if set(fleet) != set(ROLES) or set(scaler) != set(ROLES):
+        raise ValueError(f"a P/D pool takes a fleet and a scaler for each of {ROLES}")
+    groups = [
+        _Group("prefill", fleet["prefill"], scaler["prefill"], view.prefill_pods),
+        _Group("decode", fleet["decode"], scaler["decode"], view.decode_pods),
+    ]
+    for g, members in zip(groups, (view.prefill_pods, view.decode_pods), strict=True):
+        if sorted(g.fleet.indices) != sorted(members):
+            raise ValueError(f"the {g.role} fleet's slots must be the pool's {g.role} pods")
+    return groups
+
+
+def _role_names(groups: Sequence[_Group]) -> str:
+    names = {g.scaler.name for g in groups}
+    return names.pop() if len(names) == 1 else "+".join(f"{g.role}:{g.scaler.name}" for g in groups)
+
+
+def _control(
+    g: _Group,
+    sim: Simulation,
+    now: float,
+    stabilise_down_s: float,
+    level: Callable[[Sequence[int], float], float | None],
+    recent: Callable[[float], Trace],
+    samples: Callable[[float], list[SampleRow]],
+    load: Callable[[int], int],
+) -> None:
+    """One control period of one group: its scaler reads its pods, the HPA's behaviour acts."""
+    gauges = {}
+    for p in g.fleet.pods("ready"):
+        s = sim.view.scraped(p)
+        gauges[p] = PodGauges(s.kv_cache_usage, s.num_waiting, s.num_running)
+    obs = Observation(
+        now, g.fleet.replicas, len(g.fleet.pods("starting")), gauges, level, recent, samples
+    )
+    want = g.scaler.desired(obs)
+    g.wanted.append((now, want))
+    while g.wanted[0][0] < now - stabilise_down_s:
+        g.wanted.popleft()
+    if want < g.fleet.replicas:
+        # HPA's scale-down stabilisation: the highest recommendation of the window.
+        want = min(g.fleet.replicas, max(w for _, w in g.wanted))
+    g.fleet.scale_to(want, now, load)
 
 
 def _per_period(

@@ -128,7 +128,6 @@ class PredictedLatency(RoutingPolicy):
         self.transfer = TransferModel(config.policy.transfer)
         self._index: ApproxPrefixIndex | None = None
         self._names: list[str] = []
-        self._pods: list[int] = []
         self._cols: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
         # (TTFT, TPOT, calibrated TPOT p90: NaN where the predictor has none), per candidate.
         self._pred: (
@@ -142,14 +141,16 @@ class PredictedLatency(RoutingPolicy):
         # Decisions held until the pods' counts show them (``decided_hold_ms``).
         self._ledger = DecidedLedger(config.decided_hold_ms / 1000.0)
 
+    @property
+    def _pods(self) -> list[int]:
+        """The pods to decide among, read from the view at each decision: an autoscaler
+        (backend/sim/autoscale.py) changes the routable pods in place, a P/D pool's per role."""
+        v = self.view
+        return (v.prefill_pods + v.decode_pods) if v.disaggregated else v.decode_pods
+
     def bind(self, view: RouterView) -> None:
         super().bind(view)
         self._names = [s.name for s in view.servers]
-        # Without P/D, the view's own list: an autoscaler (backend/sim/autoscale.py) changes
-        # the routable pods in place.
-        self._pods = (
-            (view.prefill_pods + view.decode_pods) if view.disaggregated else view.decode_pods
-        )
         self._class_of = [s.profile.name if self.config.per_class else "" for s in view.servers]
         for key in dict.fromkeys(self._class_of):
             self.predictors[key] = OnlinePredictor(

@@ -17,6 +17,7 @@ from backend.settings import CapacitySettings
 from backend.sim.autoscale import (
     ARRIVAL_WINDOW_S,
     PROFILE_SIZE,
+    ROLES,
     AutoscaleResult,
     Combined,
     DesiredReplicas,
@@ -39,7 +40,7 @@ from backend.sim.autoscale import (
 from backend.sim.engine import SimConfig, Simulation
 from backend.sim.fromsamples import SampleRow, estimate_replicas, record, rows_from_observations
 from backend.sim.gpu import load_profile
-from backend.sim.pool import build_pool
+from backend.sim.pool import PodSpec, build_pool
 from backend.sim.routers import OURS, make_policy
 from backend.sim.routers.predicted import PredictedLatency
 from backend.sim.traces import load_trace
@@ -446,3 +447,84 @@ def test_a_probe_with_a_record_corrects_the_level_by_it() -> None:
     ticks = len(probe.record.ticks)
     probe.saturation([0, 1], factor=2.0)
     assert len(probe.record.ticks) == ticks
+
+
+def _pd_fleets(pods: tuple[PodSpec, ...], initial: dict[str, int], hi: int) -> dict[str, Fleet]:
+    return {
+        role: Fleet(
+            4,
+            1,
+            hi,
+            0.0,
+            initial[role],
+            indices=tuple(i for i, p in enumerate(pods) if p.role == role),
+        )
+        for role in ROLES
+    }
+
+
+def test_a_pd_pool_scales_each_role_on_its_own() -> None:
+    pods = build_pool(8, pd="4:4")
+    fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
+    trace = warp(load_trace("azure-code").spread_ties(0), step(0.5, 0.5, 0, 1), 90.0)
+    router = make_policy(OURS, fabric, 0)
+    assert isinstance(router, PredictedLatency)
+    fleets = _pd_fleets(pods, {"prefill": 1, "decode": 2}, 3)
+    scalers: dict[str, Scaler] = {"prefill": Fixed(3), "decode": Fixed(1)}
+    result = run_autoscaled(trace, pods, router, scalers, fleets, SLO, seed=0)
+    # Each role's Deployment went to its own count from the first period on: 1 -> 3 prefill
+    # pods, 2 -> 1 decode pod, and stayed there.
+    for role, want in (("prefill", 3), ("decode", 1)):
+        assert {r for _, r, _ in result.by_role[role]} == {want}
+    assert result.timeline[0][1] == 4
+    prefill = set(fleets["prefill"].indices[:3])
+    # Requests went only to the roles' routable pods: the three prefill pods asked for, and
+    # after the first period (the request at t = 0 came before it) the one decode pod kept.
+    later = result.outcomes.arrival > 0.0
+    assert set(result.outcomes.prefill_pod.tolist()) <= prefill
+    assert len(set(result.outcomes.prefill_pod[later].tolist())) == 3
+    assert len(set(result.outcomes.pod[later].tolist())) == 1
+    assert set(result.outcomes.pod.tolist()) <= set(fleets["decode"].indices)
+    assert result.gpu_hours > 0 and 0.0 <= result.attainment <= 1.0
+
+
+def test_a_pd_pool_takes_a_fleet_and_a_scaler_per_role() -> None:
+    pods = build_pool(8, pd="4:4")
+    fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
+    trace = warp(load_trace("azure-code").spread_ties(0), step(0.5, 0.5, 0, 1), 10.0)
+    router = make_policy(OURS, fabric, 0)
+    assert isinstance(router, PredictedLatency)
+    with pytest.raises(ValueError, match="per role"):
+        run_autoscaled(trace, pods, router, Fixed(2), Fleet(8, 1, 4, 0.0, 2), SLO)
+    swapped = _pd_fleets(pods, {"prefill": 1, "decode": 1}, 2)
+    swapped["prefill"], swapped["decode"] = swapped["decode"], swapped["prefill"]
+    with pytest.raises(ValueError, match="prefill fleet"):
+        run_autoscaled(trace, pods, router, {r: Fixed(1) for r in ROLES}, swapped, SLO)
+
+
+def test_each_role_reads_its_count_from_one_desired_replicas_estimate() -> None:
+    t = load_trace("azure-code").scaled(3.0).window(0.0, 60.0)
+    _, observations = record(t, 4, "a100-llama3-8b", "llm-d-322", SLO, pd="2:2")
+    rows = rows_from_observations(observations)
+    desired = DesiredReplicas(SLO, target=0.9, lookback_s=90.0, min_pods=1, max_pods=6)
+    prefill, decode = desired.role("prefill"), desired.role("decode")
+    obs = Observation(100.0, 2, 0, {}, _no_level, lambda s: None, lambda s: rows)  # type: ignore[arg-type,return-value]
+    p, d = prefill.desired(obs), decode.desired(obs)
+    # One run for both roles, the service's split of the same rows.
+    assert len(desired.runs) == 1
+    expected = estimate_replicas(
+        rows, SLO, 0.9, router="llm-d-322", max_replicas=6, lead_s=desired.lead_s, trend_rows=rows
+    )
+    assert expected is not None and expected.desired.prefill_replicas is not None
+    assert (p, d) == (
+        expected.desired.prefill_replicas,
+        expected.desired.replicas - expected.desired.prefill_replicas,
+    )
+    with pytest.raises(ValueError, match="role"):
+        desired.role("encode")
+    # Samples of a pool without prefill pods give no split: each role's count stays.
+    _, flat = record(t, 4, "a100-llama3-8b", "llm-d-322", SLO)
+    aggregated = DesiredReplicas(SLO, target=0.9, min_pods=1, max_pods=6)
+    rows_flat = rows_from_observations(flat)
+    obs_flat = replace(obs, replicas=3, samples=lambda s: rows_flat)
+    assert aggregated.role("prefill").desired(obs_flat) == 3
