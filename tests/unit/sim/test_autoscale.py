@@ -43,7 +43,7 @@ from backend.sim.gpu import load_profile
 from backend.sim.pool import PodSpec, build_pool
 from backend.sim.routers import OURS, make_policy
 from backend.sim.routers.predicted import PredictedLatency
-from backend.sim.traces import load_trace
+from backend.sim.traces import Trace, load_trace
 from backend.sim.view import Slo
 
 from .helpers import enqueue_at, view
@@ -463,12 +463,18 @@ def _pd_fleets(pods: tuple[PodSpec, ...], initial: dict[str, int], hi: int) -> d
     }
 
 
-def test_a_pd_pool_scales_each_role_on_its_own() -> None:
+def _pd_setup(seconds: float) -> tuple[tuple[PodSpec, ...], Trace, PredictedLatency]:
+    """Eight P/D slots (4 + 4), Azure code at half its rate for ``seconds``, Headroom's router."""
     pods = build_pool(8, pd="4:4")
     fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
-    trace = warp(load_trace("azure-code").spread_ties(0), step(0.5, 0.5, 0, 1), 90.0)
+    trace = warp(load_trace("azure-code").spread_ties(0), step(0.5, 0.5, 0, 1), seconds)
     router = make_policy(OURS, fabric, 0)
     assert isinstance(router, PredictedLatency)
+    return pods, trace, router
+
+
+def test_a_pd_pool_scales_each_role_on_its_own() -> None:
+    pods, trace, router = _pd_setup(90.0)
     fleets = _pd_fleets(pods, {"prefill": 1, "decode": 2}, 3)
     scalers: dict[str, Scaler] = {"prefill": Fixed(3), "decode": Fixed(1)}
     result = run_autoscaled(trace, pods, router, scalers, fleets, SLO, seed=0)
@@ -489,11 +495,7 @@ def test_a_pd_pool_scales_each_role_on_its_own() -> None:
 
 
 def test_a_pd_pool_takes_a_fleet_and_a_scaler_per_role() -> None:
-    pods = build_pool(8, pd="4:4")
-    fabric = TransferConfig(kv_bytes_per_token=load_profile(pods[0].profile).kv_bytes_per_token)
-    trace = warp(load_trace("azure-code").spread_ties(0), step(0.5, 0.5, 0, 1), 10.0)
-    router = make_policy(OURS, fabric, 0)
-    assert isinstance(router, PredictedLatency)
+    pods, trace, router = _pd_setup(10.0)
     with pytest.raises(ValueError, match="per role"):
         run_autoscaled(trace, pods, router, Fixed(2), Fleet(8, 1, 4, 0.0, 2), SLO)
     swapped = _pd_fleets(pods, {"prefill": 1, "decode": 1}, 2)
