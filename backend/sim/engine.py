@@ -122,6 +122,9 @@ class SimResult:
     pod: npt.NDArray[np.int64]
     prefill_pod: npt.NDArray[np.int64]
     transfer_ms: FloatArray
+    handoff: FloatArray
+    """When a P/D request's prefill pod handed it on (its KV ready to transfer); NaN on a pod
+    serving both phases."""
     predicted_ttft_ms: FloatArray
     predicted_tpot_ms: FloatArray
     predicted_tpot_p90_ms: FloatArray
@@ -316,6 +319,7 @@ class Simulation:
         self._shed = np.zeros(n, dtype=np.bool_)
         self._hit = np.full(n, -1, dtype=np.int64)
         self._transfer = np.full(n, np.nan)
+        self._handoff = np.full(n, np.nan)
         self._floor_ttft = np.full(n, np.nan)
         self._floor_tpot = np.full(n, np.nan)
         self._load = np.full(n, -1, dtype=np.int64)
@@ -476,6 +480,7 @@ class Simulation:
             v.prefill_since[server.index].pop(req.rid, None)
             v.first_token_at[server.index] = o.time
             self._hit[req.rid] = o.seq.hit_tokens
+            self._handoff[req.rid] = o.time
             self.policy.on_handoff(req, route, o.time, (o.time - req.arrival) * 1000.0)
             self._start_transfer(req, server, self.servers[route.pod], o.time)
         elif isinstance(o, Done):
@@ -517,6 +522,7 @@ class Simulation:
                 dtype=np.int64,
             ),
             transfer_ms=self._transfer,
+            handoff=self._handoff,
             predicted_ttft_ms=np.asarray([nan if r is None else r.ttft_ms for r in routes]),
             predicted_tpot_ms=np.asarray([nan if r is None else r.tpot_ms for r in routes]),
             predicted_tpot_p90_ms=np.asarray([nan if r is None else r.tpot_p90_ms for r in routes]),

@@ -329,6 +329,10 @@ class RunResult:
     ttft_attainment: float = 0.0
     """The share of the scored requests whose first token met the TTFT SLO (the P/D search
     sizes the prefill pods on it)."""
+    decode_attainment: float = 0.0
+    """A P/D pool's: the share of the scored requests the decode side served in time: within
+    the TPOT SLO, and within the TTFT SLO unless the prefill pod handed them on already past
+    it (the prefill side missed those). The P/D search sizes the decode pods on it."""
 
 
 def simulate(
@@ -375,8 +379,16 @@ def simulate(
     else:
         attained = float(met_slo(result, slo)[scored].mean()) if scored.any() else 0.0
     first = (result.ttft_ms <= slo.ttft_ms)[scored]
+    decoded = np.isfinite(result.done) & ((result.output <= 1) | (result.tpot_ms <= slo.tpot_ms))
+    with np.errstate(invalid="ignore"):
+        late_at_handoff = (result.handoff - result.arrival) * 1000.0 > slo.ttft_ms
+    decode_side = (decoded & ((result.ttft_ms <= slo.ttft_ms) | late_at_handoff))[scored]
     return RunResult(
-        attained, result.ttft_ms, result.tpot_ms, float(first.mean()) if first.size else 0.0
+        attained,
+        result.ttft_ms,
+        result.tpot_ms,
+        float(first.mean()) if first.size else 0.0,
+        float(decode_side.mean()) if decode_side.size else 0.0,
     )
 
 
@@ -755,10 +767,19 @@ def desired_split(
        decode pods: the TTFT is mostly the prefill pods' queue, and the joint attainment is
        capped by the decode side whatever the prefill count (too few decode pods would leave
        nothing for this search to find);
-    2. the decode pods against the SLO attainment (both SLOs), at those prefill pods;
-    3. the prefill pods again against the SLO attainment, at those decode pods: a request
-       meeting both needs both, so the first count may be short (or, with the decode pods'
-       share of the misses gone, more than enough).
+    2. the decode pods against the share the decode side served in time
+       (``RunResult.decode_attainment``), at those prefill pods: a miss counts against them
+       unless the prefill pod handed the request on already past the TTFT SLO. Against the
+       joint attainment this search read the prefill side's misses: where the prefill pods
+       could not reach the target (their bound, or prompts that alone outlast the TTFT SLO)
+       the decode counts' attainments sat within the replay's noise of one another and the
+       plateau took 10 or 12 decode pods where 2 served. Against the TPOT's share alone it
+       missed what the decode pods do to the first token (it is theirs, after the KV's
+       transfer and a slot in their cache): one decode pod for Mooncake's long prompts
+       (docs/capacity.md, "A P/D pool in the loop");
+    3. the prefill pods again against the SLO attainment (both SLOs), at those decode pods: a
+       request meeting both needs both, so the first count may be short (or, with the decode
+       pods' share of the misses gone, more than enough).
 
     Not the fewest pods of any split (that would be a search over every split of every
     count): the coordinate search the roles' separate scaling asks for, each role's count the
@@ -786,17 +807,24 @@ def desired_split(
 
         return at
 
-    def both(p: int | None = None, d: int | None = None) -> Callable[[int], float]:
-        def at(n: int) -> float:
-            r = run(n if p is None else p, n if d is None else d)
+    def decode_side(p: int) -> Callable[[int], float]:
+        def at(d: int) -> float:
+            r = run(p, d)
+            return r.decode_attainment if r is not None else 0.0
+
+        return at
+
+    def both(d: int) -> Callable[[int], float]:
+        def at(p: int) -> float:
+            r = run(p, d)
             return r.slo_attainment if r is not None else 0.0
 
         return at
 
     p0, d0 = workload.prefill_pods, workload.decode_pods
     prefill = smallest_meeting(first_tokens(d0), target, lo, hi, plateau, start=p0).replicas
-    decode = smallest_meeting(both(p=prefill), target, lo, hi, plateau, start=d0)
-    last = smallest_meeting(both(d=decode.replicas), target, lo, hi, plateau, start=prefill)
+    decode = smallest_meeting(decode_side(prefill), target, lo, hi, plateau, start=d0)
+    last = smallest_meeting(both(decode.replicas), target, lo, hi, plateau, start=prefill)
     p, d = last.replicas, decode.replicas
     return Desired(
         p + d,

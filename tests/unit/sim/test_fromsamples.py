@@ -11,6 +11,7 @@ from backend.sim.fromsamples import (
     MIN_REQUESTS,
     Calibration,
     PodModel,
+    RunResult,
     SampleRow,
     build_workload,
     calibrate,
@@ -542,15 +543,21 @@ def test_a_pd_pools_samples_replay_as_pd_and_desired_replicas_counts_each_role()
     assert d.evaluated == {} and d.simulations == len(d.split_evaluated) > 3
     assert d.met and d.attainment >= 0.9 and d.split_evaluated[p, n] == d.attainment
 
-    def at(p: int, n: int) -> float:
-        return simulate(
-            w.trace, p + n, pod, "least-request", DEFAULT_SLO, prefill_pods=p
-        ).slo_attainment
+    def at(p: int, n: int) -> RunResult:
+        return simulate(w.trace, p + n, pod, "least-request", DEFAULT_SLO, prefill_pods=p)
 
-    assert at(p, n) == d.attainment  # the replay is a P/D pool of that split
+    assert at(p, n).slo_attainment == d.attainment  # the replay is a P/D pool of that split
     if p > 1:
-        assert at(p - 1, n) < 0.9
+        assert at(p - 1, n).slo_attainment < 0.9
     if n > 1:
-        assert at(p, n - 1) < 0.9
+        # The decode pods are sized on the misses they cause: one fewer serves too few.
+        assert at(p, n - 1).decode_attainment < 0.9
+    # The decode side's share forgives the prefill side's misses, never its own.
+    run = at(p, n)
+    assert run.slo_attainment <= run.decode_attainment
+    # On pods serving both phases nothing is handed on: every miss is the pool's (the joint
+    # share comes rounded to four places).
+    flat = simulate(aggregated.trace, 2, pod, "least-request", DEFAULT_SLO)
+    assert flat.decode_attainment == pytest.approx(flat.slo_attainment, abs=1e-4)
     with pytest.raises(ValueError, match="prefill pods"):
         simulate(w.trace, 2, pod, "least-request", DEFAULT_SLO, prefill_pods=2)
