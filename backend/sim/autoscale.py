@@ -880,6 +880,7 @@ def run_autoscaled(
     (mappings keyed by ``ROLES``), as a cluster scales the two Deployments apart: each role's
     scaler reads its own pods' gauges and replica count, and a level with only its own pods'
     load scaled (``role_replicas``' question); the HPA's behaviour applies to each alone."""
+    # The recorder hands the router every decision and keeps the samples an EPP would post.
     recorder = Recorder(router)
     sim = Simulation(trace, pods, recorder, SimConfig(slo=slo, seed=seed, spread_ties=False))
     groups = _groups(sim, scaler, fleet)
