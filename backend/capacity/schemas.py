@@ -138,6 +138,7 @@ class SaturationRead(BaseModel):
         "pods plus the share of representative requests that would miss because of load "
         "beyond the policy's budget (1 - target_slo_attainment; what would miss on idle pods "
         "does not count), or one fewer where that much work on one pod fewer stays within it. "
+        "A P/D pool: the sum of `saturation_role_replicas`. "
         "Exported as `headroom_saturation_replicas`; reacts within a tick where "
         "`desired_replicas` sizes the next minutes. Null without a level."
     )

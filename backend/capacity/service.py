@@ -308,10 +308,16 @@ class CapacityMonitor:
                 return at.level
 
             # The pods the level asks for, from the present level as the simulated scaler was
-            # measured on it (docs/capacity.md, "Both signals"); a P/D pool's per role too.
+            # measured on it (docs/capacity.md, "Both signals"); a P/D pool's per role, and
+            # its total their sum: its pods are two Deployments, each scaled on its own count,
+            # and a pooled count (every pod's load scaled alike) could read 3 beside 1 + 1.
             budget = 1.0 - policy.spec.target_slo_attainment
-            replicas = saturation_replicas(level_at, len(pods), len(pods), budget)
             by_role = role_replicas(level_at, [p.role for p in pods], budget)
+            replicas = (
+                saturation_replicas(level_at, len(pods), len(pods), budget)
+                if by_role is None
+                else sum(by_role.values())
+            )
         except ModelsNotReady:  # the model went away between the check and the call
             return report(NO_MODEL)
         recorded = self._recorded(pool_id, policy.version, signals, now, sat, ttft_slo, tpot_slo)

@@ -152,6 +152,8 @@ def test_a_pd_pool_asks_each_role_for_the_pods_its_own_load_costs(client: TestCl
     assert body["present_saturation"] > 0.5  # the prefill pods' queues, read at the TTFT
     roles = body["saturation_role_replicas"]
     assert roles is not None and roles["prefill"] > 2 >= roles["decode"]
+    # The pool's count is its Deployments' counts summed, not a pooled reading beside them.
+    assert body["saturation_replicas"] == roles["prefill"] + roles["decode"]
     text = client.get("/metrics").text
     for role in ("prefill", "decode"):
         assert (
