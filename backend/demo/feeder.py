@@ -5,7 +5,8 @@ Each demo pool has a simulated pool of pods (`backend/sim/`: vLLM-style continuo
 the measured GPU profiles of `backend/sim/profiles/`) replaying one of the traces shipped in
 `backend/sim/traces/` (`DEMO_SETUP`: Mooncake's conversation trace on eight A100s serving
 Llama-3-8B for `default`, Azure's 2023 conversation trace at four times its rate on two H100s
-serving Llama-2-7B for `h100`). A background thread advances every simulation in step with the
+serving Llama-2-7B for `h100`, Azure's 2023 code trace on two prefill and two decode A100s for
+`pd`). A background thread advances every simulation in step with the
 wall clock (`TraceReplay.advance`: each tick runs it as many simulated seconds as wall seconds
 went by, times the pool's speed-up) and ingests what the simulated router observed in that slice
 as the llm-d EPP reports it: a TTFT sample at each request's first token and a TPOT sample at its
@@ -90,10 +91,11 @@ class DemoPool:
     """The policy's share of requests to keep within SLO: what desired replicas sizes for."""
 
     def describe(self) -> str:
-        return (
-            f"Demo: the {self.replay.trace} trace replayed by the simulator on "
-            f"{self.replay.pods} simulated {self.replay.gpu} pods."
-        )
+        pods = f"{self.replay.pods} simulated {self.replay.gpu} pods"
+        if self.replay.pd is not None:
+            prefill, _, decode = self.replay.pd.partition(":")
+            pods += f" ({prefill} prefill, {decode} decode)"
+        return f"Demo: the {self.replay.trace} trace replayed by the simulator on {pods}."
 
     def policy_spec(self) -> PolicySpec:
         """What the demo stores as the pool's policy: Headroom's measured choices (spread by
@@ -159,8 +161,30 @@ DEMO_SETUP = (
         ),
         speed=1.0,
     ),
+    # A P/D pool (llm-d's prefill/decode disaggregation: each role its own Deployment), so that
+    # the console shows what only such a pool has: samples per role, and desired replicas and
+    # saturation counts per role. Azure's code trace (1.5k-token prompts, a dozen output
+    # tokens) at its own rate (2.6 requests a second) on two prefill and two decode A100s:
+    # prefill-bound, so its capacity signals ask for more prefill pods and fewer decode pods
+    # than it has (replayed before the models, 63 % of first tokens within the 1 s SLO on 2:2,
+    # 87 % on 3:1; every TPOT within 100 ms).
+    DemoPool(
+        "pd",
+        ReplaySpec(
+            trace="azure-code",
+            gpu="a100-llama3-8b",
+            pods=4,
+            pd="2:2",
+            slo=Slo(1000.0, 100.0),
+            pod_prefix="pd",
+            # No floor: the simulator measures it on aggregated routes only (a P/D request's
+            # outcome also depends on the decode pod and the transfer), so its Models page has
+            # no "against what was knowable" table.
+        ),
+        speed=1.0,
+    ),
 )
-# (pool, GPU profile): two pools, so that the Overview compares them.
+# (pool, GPU profile): three pools, so that the Overview compares them.
 DEMO_POOLS = tuple((p.name, p.replay.gpu) for p in DEMO_SETUP)
 DEMO_OBJECTIVES = (
     ("chat-critical", 100, "Interactive chat; never shed."),

@@ -197,6 +197,9 @@ class ReplaySpec:
     gpu: str = "a100-llama3-8b"
     """One profile for every pod, or a mix (``build_pool``'s syntax)."""
     pods: int = 8
+    pd: str | None = None
+    """A P/D split of the pods, ``"P:D"`` (``build_pool``'s syntax); None: every pod serves both
+    phases."""
     load: float = 1.0
     """Arrival-rate multiple of the trace (``Trace.scaled``)."""
     duration_s: float | None = None
@@ -223,7 +226,7 @@ class TraceReplay:
         self.spec = spec
         self.pods: tuple[PodSpec, ...] = tuple(
             dataclasses.replace(p, name=f"{spec.pod_prefix}-{i}")
-            for i, p in enumerate(build_pool(spec.pods, spec.gpu))
+            for i, p in enumerate(build_pool(spec.pods, spec.gpu, spec.pd))
         )
         self.fabric = TransferConfig(
             kv_bytes_per_token=load_profile(self.pods[0].profile).kv_bytes_per_token

@@ -40,7 +40,7 @@ def test_demo_feeds_and_trains_on_postgresql(runtime: Runtime) -> None:
         for demo in DEMO_SETUP:
             pool_id = runtime.pools.resolve(session, demo.name)
             assert spec_of(policy_for_pool(session, pool_id)) == demo.policy_spec()
-    # Both pools in real time: Mooncake's first answers need some 20 s before its TPOT samples.
+    # Every pool in real time: Mooncake's first answers need some 20 s before its TPOT samples.
     added = [feeder.tick(1.0) for _ in range(30)]
     assert all(n > 0 for n in added) and max(added) < sum(added) / 4
     with runtime.sessions() as session:
@@ -50,7 +50,8 @@ def test_demo_feeds_and_trains_on_postgresql(runtime: Runtime) -> None:
             lengths = session.scalars(
                 select(Sample.input_token_length).where(Sample.pool_id == pool_id)
             ).all()
-            assert len(lengths) > 100
+            # (Azure's code trace, the P/D pool's, has 17 arrivals in its first 30 s.)
+            assert len(lengths) > 30
             assert set(lengths) <= set(load_trace(demo.replay.trace).input_tokens.tolist())
     trainer = Trainer(
         runtime.sessions,
@@ -60,7 +61,7 @@ def test_demo_feeds_and_trains_on_postgresql(runtime: Runtime) -> None:
         failures=runtime.failures,
     )
     outcomes = trainer.run_once()
-    assert len(outcomes) == 4 and {o.status for o in outcomes} == {"activated"}
+    assert len(outcomes) == 2 * len(DEMO_POOLS) and {o.status for o in outcomes} == {"activated"}
     for pool, _ in DEMO_POOLS:
         assert runtime.store.get(pool, "ttft") is not None
         assert runtime.store.get(pool, "tpot") is not None
