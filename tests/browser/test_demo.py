@@ -35,11 +35,19 @@ def test_demo_mode_trains_models_and_fills_the_console_within_a_minute(
     try:
         sign_in(page, "demo", DEMO_PASSWORD)
         # No reload: the Overview refreshes itself every 5 s (htmx) as models appear.
-        for pool in ("default", "h100"):
+        for pool in ("default", "h100", "pd"):
             for target in ("ttft", "tpot"):
                 version = page.locator(f"section[data-pool={pool}] tr[data-target={target}] a")
                 remaining = max(1.0, 60 - (time.monotonic() - started))
                 expect(version).to_have_text(re.compile(r"^v\d+$"), timeout=remaining * 1000)
+        # The P/D pool's capacity signals per role: the saturation count at each tick, desired
+        # replicas at the worker's first run (every 30 s).
+        pd = page.locator("section[data-pool=pd]")
+        split = re.compile(r"^\d+ prefill, \d+ decode$")
+        expect(pd.get_by_test_id("saturation-role-replicas")).to_have_text(split)
+        expect(pd.get_by_test_id("desired-split")).to_have_text(
+            re.compile(r"^\(\d+ prefill \+ \d+ decode\)$"), timeout=60_000
+        )
         screenshot(page, "demo-overview")
         page.goto("/ui/samples?pool=h100")
         expect(page.get_by_test_id("counts-ttft")).not_to_have_text("0 / 0")
