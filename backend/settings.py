@@ -229,8 +229,12 @@ class UISettings(BaseModel):
     )
     demo_password: SecretStr | None = Field(
         None,
-        description="Password of the `demo` admin in demo mode; `headroom serve --demo` sets a "
-        "random one and prints it.",
+        # The console's rule for every password (backend.auth.service.PASSWORD_MIN), checked
+        # here so that a short one stops the start with this field's name, not a traceback
+        # from the demo's start-up.
+        min_length=8,
+        description="Password of the `demo` admin in demo mode (at least 8 characters); "
+        "`headroom serve --demo` sets a random one and prints it.",
     )
     stale_after_s: float = Field(
         600.0,

@@ -11,10 +11,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from sqlalchemy import func, select
 
 from backend import migrate
+from backend.auth.service import PASSWORD_MIN
 from backend.db import make_engine, make_sessionmaker, unit_of_work
 from backend.demo.feeder import (
     DEMO_ACTOR,
@@ -249,3 +250,9 @@ def test_the_feeder_thread_follows_the_wall_clock_and_never_runs_ahead(runtime: 
     with runtime.sessions() as session:
         # Some 25 samples a second between the pools; the first second has fewer.
         assert session.scalar(select(func.count()).select_from(Sample)) > 10
+
+
+def test_a_demo_password_the_console_would_refuse_is_refused_at_start() -> None:
+    with pytest.raises(ValidationError, match="demo_password"):
+        UISettings(demo_password=SecretStr("x" * (PASSWORD_MIN - 1)))
+    assert UISettings(demo_password=SecretStr("x" * PASSWORD_MIN)).demo_password is not None
