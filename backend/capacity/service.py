@@ -292,9 +292,19 @@ class CapacityMonitor:
         window, weight = self._settings.arrival_window_s, self._settings.present_weight
         arrivals = signals.recent_arrivals(now, window) if window > 0 and weight < 1 else None
         pods = [p.candidate() for p in fresh]
+        output = signals.mean_output_tokens()
         try:
             sat = saturation(
-                pods, reps, policy.policy, ttft_slo, tpot_slo, predict, meet, arrivals, weight
+                pods,
+                reps,
+                policy.policy,
+                ttft_slo,
+                tpot_slo,
+                predict,
+                meet,
+                arrivals,
+                weight,
+                output,
             )
             present = sat.present_level
 
@@ -304,7 +314,16 @@ class CapacityMonitor:
                 if factor == 1.0 and present is not None:
                     return present
                 rows = [scaled(p, factor) if role in (None, p.role) else p for p in pods]
-                at = saturation(rows, reps, policy.policy, ttft_slo, tpot_slo, predict, meet)
+                at = saturation(
+                    rows,
+                    reps,
+                    policy.policy,
+                    ttft_slo,
+                    tpot_slo,
+                    predict,
+                    meet,
+                    output_tokens=output,
+                )
                 return at.level
 
             # The pods the level asks for, from the present level as the simulated scaler was

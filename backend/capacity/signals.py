@@ -165,10 +165,14 @@ class PoolSignals:
             self.output_tokens.append(tokens)
             self.served_tpot.append((observed, held, row.latency_ms / 1000.0))
 
+    def mean_output_tokens(self) -> float | None:
+        """The profile's mean answer length; None where no sample said one."""
+        return float(np.mean(self.output_tokens)) if self.output_tokens else None
+
     def recent_arrivals(self, now: datetime, window_s: float) -> Arrivals:
         """The requests that arrived over the last ``window_s``, with the mean output length
         of the profile's requests and what the window's samples measured."""
-        output = float(np.mean(self.output_tokens)) if self.output_tokens else 1.0
+        output = self.mean_output_tokens() or 1.0
         start = now - timedelta(seconds=window_s)
         inside = sorted(a for a in self.arrivals if start < a[0] <= now)
         served = Served(

@@ -686,6 +686,7 @@ def saturation(
     meet_probability: MeetProbability | None = None,
     arrivals: Arrivals | None = None,
     present_weight: float = 0.0,
+    output_tokens: float | None = None,
 ) -> Saturation:
     """The pool's and each pod's saturation level. ``pods`` carry their current gauges; their
     ``input_token_length`` and ``prefix_cache_score`` are replaced by each request's. With
@@ -698,7 +699,11 @@ def saturation(
     the levels (the pool's and each pod's) are that weight's mix of the present ones and the
     next interval's, and the rest is the present state's ("if routed now"). Without
     arrivals, with none in the window, or with a weight of 1, the pods are taken as they
-    stand. Both parts are in the result (``present_level``, ``next_level``)."""
+    stand. Both parts are in the result (``present_level``, ``next_level``).
+
+    ``output_tokens``: the pool's recent mean answer length, for how long a P/D decode pod's
+    queue holds a first token (``decode_wait_ms``); None: the arrivals', else the policy's
+    ``expected_output_tokens``."""
     if not pods or not requests:
         raise ValueError("saturation needs at least one pod and one representative request")
     if not 0.0 <= present_weight <= 1.0:
@@ -710,17 +715,34 @@ def saturation(
         else []
     )
     now = np.array([p.num_request_running + p.num_request_waiting for p in pods], float)
+    # How long a request decodes, for a P/D decode pod's queue (``decode_wait_ms``): the pool's
+    # recent mean where known, else the policy's expectation (the joint P/D pick's). The
+    # policy's 256 tokens, ten times Azure code's answers, asked for decode pods its queues
+    # never needed (docs/capacity.md, "The decode pods' queue in the level").
+    if output_tokens is not None:
+        output = output_tokens
+    elif arrivals is not None and arrivals.output_tokens > 0:
+        output = arrivals.output_tokens
+    else:
+        output = float(policy.expected_output_tokens)
+    at = functools.partial(
+        _at,
+        requests=requests,
+        policy=policy,
+        ttft_slo_ms=ttft_slo_ms,
+        tpot_slo_ms=tpot_slo_ms,
+        predict=predict,
+        meet_probability=meet_probability,
+        output_tokens=output,
+    )
 
     def present() -> Saturation:
-        return _at(pods, now, requests, policy, ttft_slo_ms, tpot_slo_ms, predict, meet_probability)
+        return at(pods, now)
 
     if not states:
         base = present()
         return dataclasses.replace(base, present_level=base.level)
-    each = [
-        _at(state, held, requests, policy, ttft_slo_ms, tpot_slo_ms, predict, meet_probability)
-        for state, held in states
-    ]
+    each = [at(state, held) for state, held in states]
     rate = arrivals.rate_rps if arrivals is not None else 0.0
     now_sat = present()  # both parts are reported, whatever the weight
     w = present_weight
@@ -759,6 +781,7 @@ def _at(
     tpot_slo_ms: float | None,
     predict: RowPredictor,
     meet_probability: MeetProbability | None,
+    output_tokens: float,
 ) -> Saturation:
     """The levels with the pods in one state (``held``: the requests in the system on each)."""
     # Sorted by prompt length so that the median and p90 requests are found by position.
@@ -766,8 +789,13 @@ def _at(
     n_req, n_pod = len(reqs), len(pods)
     rows = _placed(pods, reqs, by_pod=False)
     ttft_flat, tpot_flat = predict(rows)
-    ttft = np.asarray(ttft_flat, dtype=np.float64).reshape(n_req, n_pod)
+    routed_ttft = np.asarray(ttft_flat, dtype=np.float64).reshape(n_req, n_pod)
     tpot = np.asarray(tpot_flat, dtype=np.float64).reshape(n_req, n_pod)
+    # A decode pod's queue delays the first token of whatever it is handed; the chain routes
+    # on the models' predictions as it does live (``routed_ttft``), the level reads the wait.
+    wait = decode_wait_ms(pods, tpot, output_tokens)
+    ttft = routed_ttft + wait
+    ttft_flat = ttft.ravel()
     meets = _meets(ttft, tpot, ttft_slo_ms, tpot_slo_ms).astype(np.float64)
     # Each target alone, for the record: with both SLOs set, the joint share cannot be read
     # from the samples (a sample measures one target of an unnamed request).
@@ -805,9 +833,11 @@ def _at(
     picked_ok = np.zeros(n_req, dtype=np.float64)
     picked_alone = np.zeros((2, n_req), dtype=np.float64)
     headroom: dict[int, Headroom] = {}
+    # P/D pairs handed to a decode pod with a queue: (request, prefill pod, decode pod).
+    queued: list[tuple[int, int, int]] = []
     for i, r in enumerate(reqs):
         candidates = rows[i * n_pod : (i + 1) * n_pod]
-        row_ttft, row_tpot = ttft[i], tpot[i]
+        row_ttft, row_tpot = routed_ttft[i], tpot[i]
         request = SchedulingRequest(
             prompt_tokens=r.prompt_tokens,
             ttft_slo_ms=ttft_slo_ms,
@@ -820,6 +850,7 @@ def _at(
         # decode pod it chose: the TTFT is read there, the TPOT on the decode pod. (Read on the
         # decode pod alone, the level never saw the prefill pods' queues.)
         first = _trace(decision.candidates, decision.prefill) or chosen
+        pair_wait = 0.0
         if chosen is not None and first is not None and decision.admitted:
             j = next(k for k, pod in enumerate(pods) if pod.name == chosen.name)
             f = next(k for k, pod in enumerate(pods) if pod.name == first.name)
@@ -827,14 +858,38 @@ def _at(
                 picked_ok[i] = meets[i, j]
             else:  # the two chances apart, as independent
                 picked_ok[i] = alone[0][i, f] * alone[1][i, j]
+                pair_wait = float(wait[i, j])
+                if pair_wait > 0.0:
+                    queued.append((i, f, j))
             picked_alone[:, i] = alone[0][i, f], alone[1][i, j]
         if i in (mid, high):
+            ttft_headroom = first.ttft_headroom_ms if first else None
             headroom[i] = Headroom(
                 r.prompt_tokens,
                 chosen.name if chosen else None,
-                first.ttft_headroom_ms if first else None,
+                None if ttft_headroom is None else ttft_headroom - pair_wait,
                 chosen.tpot_headroom_ms if chosen else None,
             )
+    if queued:
+        # Their first token: the prefill pod's TTFT plus the decode pod's queue, as one TTFT
+        # (its chance read at the prefill pod's load), times the decode pod's TPOT chance.
+        idx, f_idx, d_idx = (np.array(x) for x in zip(*queued, strict=True))
+        first_ms = routed_ttft[idx, f_idx] + wait[idx, d_idx]
+        if meet_probability is not None and ttft_slo_ms is not None:
+            chance = np.asarray(
+                meet_probability(
+                    [rows[i * n_pod + f] for i, f, _ in queued],
+                    first_ms,
+                    tpot[idx, f_idx],
+                    ttft_slo_ms,
+                    None,
+                ),
+                dtype=np.float64,
+            )
+        else:
+            chance = _meets(first_ms, tpot[idx, f_idx], ttft_slo_ms, None).astype(np.float64)
+        picked_ok[idx] = chance * alone[1][idx, d_idx]
+        picked_alone[0, idx] = chance
     level = float(1.0 - picked_ok.mean())
     ttft_share, tpot_share = (float(x) for x in picked_alone.mean(axis=1))
     return Saturation(
@@ -847,6 +902,24 @@ def _at(
         meeting_ttft=ttft_share,
         meeting_tpot=tpot_share,
     )
+
+
+def decode_wait_ms(pods: Sequence[Candidate], tpot: FloatArray, output_tokens: float) -> FloatArray:
+    """Per (request, pod): how long a request handed to the pod waits for a place in its batch,
+    if the pod is a P/D decode pod with requests already waiting (0 otherwise). It is admitted
+    after those ahead of it and itself, one as each running request finishes, and the running
+    ones finish at ``running / (output_tokens x TPOT)`` a millisecond: a fluid estimate from the
+    pod's gauges and the TPOT predicted there. The models cannot see it: a P/D pool's TTFT
+    samples time the prefill pod, whose queue is not this one, so a decode pod full of KV held
+    every first token for minutes while the level read 85 % meeting (docs/capacity.md, "The
+    decode pods' queue in the level")."""
+    waiting = np.array(
+        [p.num_request_waiting if p.role == "decode" else 0 for p in pods], dtype=np.float64
+    )
+    running = np.array([max(p.num_request_running, 1) for p in pods], dtype=np.float64)
+    ahead = np.where(waiting > 0.0, waiting + 1.0, 0.0)
+    wait: FloatArray = np.asarray(tpot, dtype=np.float64) * output_tokens * (ahead / running)
+    return wait
 
 
 def _fixed(ttft: FloatArray, tpot: FloatArray) -> Predictor:

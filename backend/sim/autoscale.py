@@ -835,6 +835,8 @@ class Probe:
             meet if self.spread else None,
             self.arrivals_at(self.sim.view.now),
             self.present_weight,
+            # The service's mean answer length (its TPOT samples'), for the decode pods' queue.
+            self._output_tokens(self.sim.view.now) if self.lengths else None,
         )
         if self.record is None or factor != 1.0:
             return sat

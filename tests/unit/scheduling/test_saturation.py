@@ -17,6 +17,7 @@ from backend.scheduling.saturation import (
     Representative,
     Saturation,
     Served,
+    decode_wait_ms,
     latency_requests,
     project,
     role_replicas,
@@ -677,3 +678,39 @@ def test_loaded_prefill_pods_ask_for_prefill_pods_not_decode_ones() -> None:
     counts = role_replicas(level_at, [p.role for p in pods], 0.05)
     assert counts is not None
     assert counts["prefill"] > 2 and counts["decode"] <= 2
+
+
+def test_a_decode_pods_queue_delays_first_tokens_and_asks_for_decode_pods() -> None:
+    """A P/D decode pod with requests waiting for a place in its batch holds every first token
+    it is handed, which neither model sees (the TTFT is timed on the prefill pod, the TPOT
+    starts after admission): the level reads the wait, and the decode count rises, not the
+    prefill one."""
+    pods = [pod(f"p{i}", role="prefill", num_request_running=1) for i in range(2)] + [
+        pod(f"d{i}", role="decode", num_request_running=20, num_request_waiting=0) for i in range(2)
+    ]
+    calm = saturation(pods, REQUESTS, POLICY, 1000.0, 50.0, linear)
+    queued = [
+        dataclasses.replace(p, num_request_waiting=40) if p.role == "decode" else p for p in pods
+    ]
+    sat = saturation(queued, REQUESTS, POLICY, 1000.0, 50.0, linear)
+    assert calm.meeting_ttft == 1.0
+    # 41 admissions ahead, 20 running at 18 ms x 256 tokens: some 9 s before the first token.
+    assert decode_wait_ms(queued, np.full((1, 4), 18.0), 256.0)[0, 2] == pytest.approx(
+        41 * 18.0 * 256 / 20
+    )
+    assert decode_wait_ms(pods, np.full((1, 4), 18.0), 256.0).max() == 0.0
+    assert sat.meeting_ttft == 0.0 and sat.level == 1.0
+    # Short answers drain the queue as fast: the pool's own mean length, not the policy's 256.
+    short = saturation(queued, REQUESTS, POLICY, 1000.0, 50.0, linear, output_tokens=2.0)
+    assert short.meeting_ttft == 1.0
+    assert sat.p50.ttft_headroom_ms is not None and sat.p50.ttft_headroom_ms < -5000
+    # An aggregated pod's waiting requests are its own queue, which the TTFT model reads.
+    both = [dataclasses.replace(p, role="") for p in queued]
+    assert decode_wait_ms(both, np.full((1, 4), 18.0), 256.0).max() == 0.0
+
+    def level_at(factor: float, role: str) -> float | None:
+        rows = [scaled(p, factor) if p.role == role else p for p in queued]
+        return saturation(rows, REQUESTS, POLICY, 1000.0, 50.0, linear).level
+
+    counts = role_replicas(level_at, [p.role for p in queued], 0.05)
+    assert counts is not None and counts["decode"] > 2 and counts["prefill"] <= 2
