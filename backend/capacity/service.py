@@ -13,6 +13,7 @@ request counts) plus a few batch predictions per pool.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import Counter, deque
@@ -292,20 +293,19 @@ class CapacityMonitor:
         window, weight = self._settings.arrival_window_s, self._settings.present_weight
         arrivals = signals.recent_arrivals(now, window) if window > 0 and weight < 1 else None
         pods = [p.candidate() for p in fresh]
-        output = signals.mean_output_tokens()
+        # The pool's mean answer length: how long a P/D decode pod's queue holds a first token.
+        level_of = functools.partial(
+            saturation,
+            requests=reps,
+            policy=policy.policy,
+            ttft_slo_ms=ttft_slo,
+            tpot_slo_ms=tpot_slo,
+            predict=predict,
+            meet_probability=meet,
+            output_tokens=signals.mean_output_tokens(),
+        )
         try:
-            sat = saturation(
-                pods,
-                reps,
-                policy.policy,
-                ttft_slo,
-                tpot_slo,
-                predict,
-                meet,
-                arrivals,
-                weight,
-                output,
-            )
+            sat = level_of(pods, arrivals=arrivals, present_weight=weight)
             present = sat.present_level
 
             def level_at(factor: float, role: str | None = None) -> float:
@@ -314,17 +314,7 @@ class CapacityMonitor:
                 if factor == 1.0 and present is not None:
                     return present
                 rows = [scaled(p, factor) if role in (None, p.role) else p for p in pods]
-                at = saturation(
-                    rows,
-                    reps,
-                    policy.policy,
-                    ttft_slo,
-                    tpot_slo,
-                    predict,
-                    meet,
-                    output_tokens=output,
-                )
-                return at.level
+                return level_of(rows).level
 
             # The pods the level asks for, from the present level as the simulated scaler was
             # measured on it (docs/capacity.md, "Both signals"); a P/D pool's per role, and

@@ -168,6 +168,31 @@ def test_a_pd_pool_asks_each_role_for_the_pods_its_own_load_costs(client: TestCl
     ) in page
 
 
+def test_a_pd_pools_decode_queue_asks_for_decode_pods(client: TestClient) -> None:
+    """A decode pod with requests waiting for a place in its batch holds every first token it
+    is handed, which neither model sees: the level reads the wait (timed with the pool's own
+    answer length, from its TPOT samples) and the decode role asks for pods, not the prefill
+    one."""
+    entries = traffic(400, pods=4)
+    for e in entries:
+        e["pod_type"] = "prefill" if e["pod"] in ("pod-0", "pod-1") else "decode"
+    post(client, entries)
+    set_slo(client, 2000, 100)
+    train_and_load(client)
+    calm = saturation_of(client)
+    queued = traffic(8, pods=2, seed=1)  # the decode pods' newest samples: a full batch, a queue
+    for i, e in enumerate(queued):
+        e.update(pod=f"pod-{2 + i % 2}", pod_type="decode", num_request_running=24)
+        e.update(num_request_waiting=60, kv_cache_percentage=0.97)
+    post(client, queued)
+    body = saturation_of(client)
+    assert body["status"] == "ok" and body["fresh_pods"] == 4
+    assert body["saturation"] > calm["saturation"]
+    roles = body["saturation_role_replicas"]
+    assert roles is not None and roles["decode"] > 2 >= roles["prefill"]
+    assert body["headroom_p50"]["ttft_headroom_ms"] < 0
+
+
 def test_saturation_is_exported_for_the_autoscaler(client: TestClient) -> None:
     post(client, traffic(300, pods=2))
     set_slo(client, 2000, 100)
