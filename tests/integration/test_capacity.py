@@ -130,16 +130,21 @@ def test_a_loaded_pool_asks_for_the_pods_its_load_costs(client: TestClient) -> N
     assert calm["saturation_replicas"] in counts[: counts.index(body["saturation_replicas"])]
 
 
-def test_a_pd_pool_asks_each_role_for_the_pods_its_own_load_costs(client: TestClient) -> None:
-    """Under P/D the level reads a request's TTFT on its prefill pod and its TPOT on its
-    decode pod; prefill pods with deep queues ask for prefill pods, not decode ones, in the
-    field, the per-role gauge and the Overview."""
+def pd_pool_trained(client: TestClient) -> None:
+    """Four pods, pod-0 and pod-1 prefill, pod-2 and pod-3 decode, with SLOs and models."""
     entries = traffic(400, pods=4)
     for e in entries:
         e["pod_type"] = "prefill" if e["pod"] in ("pod-0", "pod-1") else "decode"
     post(client, entries)
     set_slo(client, 2000, 100)
     train_and_load(client)
+
+
+def test_a_pd_pool_asks_each_role_for_the_pods_its_own_load_costs(client: TestClient) -> None:
+    """Under P/D the level reads a request's TTFT on its prefill pod and its TPOT on its
+    decode pod; prefill pods with deep queues ask for prefill pods, not decode ones, in the
+    field, the per-role gauge and the Overview."""
+    pd_pool_trained(client)
     loaded = traffic(8, pods=2, seed=1)  # the prefill pods' newest samples: deep queues
     for e in loaded:
         e.update(pod_type="prefill", num_request_running=48, num_request_waiting=40)
@@ -173,12 +178,7 @@ def test_a_pd_pools_decode_queue_asks_for_decode_pods(client: TestClient) -> Non
     is handed, which neither model sees: the level reads the wait (timed with the pool's own
     answer length, from its TPOT samples) and the decode role asks for pods, not the prefill
     one."""
-    entries = traffic(400, pods=4)
-    for e in entries:
-        e["pod_type"] = "prefill" if e["pod"] in ("pod-0", "pod-1") else "decode"
-    post(client, entries)
-    set_slo(client, 2000, 100)
-    train_and_load(client)
+    pd_pool_trained(client)
     calm = saturation_of(client)
     queued = traffic(8, pods=2, seed=1)  # the decode pods' newest samples: a full batch, a queue
     for i, e in enumerate(queued):
