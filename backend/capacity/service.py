@@ -293,7 +293,9 @@ class CapacityMonitor:
         window, weight = self._settings.arrival_window_s, self._settings.present_weight
         arrivals = signals.recent_arrivals(now, window) if window > 0 and weight < 1 else None
         pods = [p.candidate() for p in fresh]
-        # The pool's mean answer length: how long a P/D decode pod's queue holds a first token.
+        # The pool's mean answer length: how long a P/D decode pod's queue holds a first token
+        # (the policy's expectation where no sample said one, for every level of the tick alike).
+        output = signals.mean_output_tokens() or float(policy.policy.expected_output_tokens)
         level_of = functools.partial(
             saturation,
             requests=reps,
@@ -302,7 +304,7 @@ class CapacityMonitor:
             tpot_slo_ms=tpot_slo,
             predict=predict,
             meet_probability=meet,
-            output_tokens=signals.mean_output_tokens(),
+            output_tokens=output,
         )
         try:
             sat = level_of(pods, arrivals=arrivals, present_weight=weight)
