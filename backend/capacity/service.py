@@ -295,7 +295,6 @@ class CapacityMonitor:
         pods = [p.candidate() for p in fresh]
         # The pool's mean answer length: how long a P/D decode pod's queue holds a first token
         # (the policy's expectation where no sample said one, for every level of the tick alike).
-        output = signals.mean_output_tokens() or float(policy.policy.expected_output_tokens)
         level_of = functools.partial(
             saturation,
             requests=reps,
@@ -304,7 +303,7 @@ class CapacityMonitor:
             tpot_slo_ms=tpot_slo,
             predict=predict,
             meet_probability=meet,
-            output_tokens=output,
+            output_tokens=signals.mean_output_tokens(),
         )
         try:
             sat = level_of(pods, arrivals=arrivals, present_weight=weight)

@@ -702,8 +702,8 @@ def saturation(
     stand. Both parts are in the result (``present_level``, ``next_level``).
 
     ``output_tokens``: the pool's recent mean answer length, for how long a P/D decode pod's
-    queue holds a first token (``decode_wait_ms``); None: the arrivals', else the policy's
-    ``expected_output_tokens``."""
+    queue holds a first token (``decode_wait_ms``); None (no sample said one): the policy's
+    ``expected_output_tokens``, as the service reads it."""
     if not pods or not requests:
         raise ValueError("saturation needs at least one pod and one representative request")
     if not 0.0 <= present_weight <= 1.0:
@@ -719,12 +719,7 @@ def saturation(
     # recent mean where known, else the policy's expectation (the joint P/D pick's). The
     # policy's 256 tokens, ten times Azure code's answers, asked for decode pods its queues
     # never needed (docs/capacity.md, "The decode pods' queue in the level").
-    if output_tokens is not None:
-        output = output_tokens
-    elif arrivals is not None and arrivals.output_tokens > 0:
-        output = arrivals.output_tokens
-    else:
-        output = float(policy.expected_output_tokens)
+    output = float(policy.expected_output_tokens) if output_tokens is None else output_tokens
     at = functools.partial(
         _at,
         requests=requests,
