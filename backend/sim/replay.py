@@ -37,6 +37,7 @@ from backend.sim.pool import PodSpec, build_pool
 from backend.sim.routers import make_policy
 from backend.sim.routers.base import Route, RoutingPolicy, Row
 from backend.sim.routers.predicted import router_row
+from backend.sim.routers.prefix_index import block_share
 from backend.sim.server import Request
 from backend.sim.traces.loader import Trace, load_trace
 from backend.sim.view import RouterView, Slo
@@ -129,7 +130,7 @@ class Recorder(RoutingPolicy):
     def _row(self, req: Request, pod: int) -> Row:
         """What the router knows of ``pod`` right now, as ``PredictedLatency`` builds it."""
         server = self.view.servers[pod]
-        prefix = server.prefix_hit_units(req.units) / (len(req.units) or 1)
+        prefix = block_share(server.prefix_hit_units(req.units), req.prompt)
         return router_row(self.view, req, pod, prefix)
 
     def _observe(

@@ -23,7 +23,7 @@ from backend.scheduling.decided import DecidedLedger
 from backend.scheduling.types import Distance, SchedulingPolicy
 from backend.sim.online import OnlinePredictor, columns
 from backend.sim.routers.base import Route, RoutingPolicy, Row
-from backend.sim.routers.prefix_index import ApproxPrefixIndex
+from backend.sim.routers.prefix_index import ApproxPrefixIndex, block_share
 from backend.sim.server import Request
 from backend.sim.traces.loader import UNIT_TOKENS
 from backend.sim.view import RouterView
@@ -165,9 +165,9 @@ class PredictedLatency(RoutingPolicy):
 
     def _prefix_scores(self, req: Request) -> list[float]:
         if self._index is not None:
-            return self._index.scores(req.units, self._pods)
-        servers, total = self.view.servers, len(req.units) or 1
-        return [servers[p].prefix_hit_units(req.units) / total for p in self._pods]
+            return self._index.scores(req.units, self._pods, req.prompt)
+        servers = self.view.servers
+        return [block_share(servers[p].prefix_hit_units(req.units), req.prompt) for p in self._pods]
 
     def _predict(
         self, candidates: Sequence[Candidate], request: object

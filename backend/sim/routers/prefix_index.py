@@ -14,6 +14,19 @@ from backend.sim.kvcache import BLOCK_TOKENS
 from backend.sim.traces.loader import UNIT_TOKENS
 
 
+def block_share(units_held: int, tokens: int, block_tokens: int = BLOCK_TOKENS) -> float:
+    """The prefix score upstream computes: matched ``block_tokens``-token blocks over the
+    ``tokens``' blocks, where the leading ``units_held`` 512-token trace units are cached.
+
+    The traces hash 512-token units, upstream hashes 16-token blocks (KV events carry vLLM's
+    blocks; the GIE prefix plugin hashes the same size), so a prompt's last, partial unit counts
+    as the tokens it holds, not as a whole unit: a 700-token prompt with its first unit cached
+    scores 32 / 44, not 1 / 2."""
+    blocks = -(-tokens // block_tokens) or 1
+    per_unit = UNIT_TOKENS // block_tokens
+    return min(units_held * per_unit, blocks) / blocks
+
+
 class ApproxPrefixIndex:
     """llm-d's ``approx-prefix-cache-producer`` (llm-d-inference-scheduler 520af478).
 
@@ -27,9 +40,10 @@ class ApproxPrefixIndex:
     (kubernetes-sigs/gateway-api-inference-extension, ``pkg/epp/.../prefix``:
     ``DefaultBlockSizeTokens = 16``, ``DefaultMaxPrefixBlocks = 256``) stop at the first 4,096
     tokens; the optimized-baseline guide sets ``maxPrefixTokensToMatch`` to the model's context.
-    With a cap, scores count 16-token blocks: a pod holding the request's first k hash units
-    matches ``min(k * 32, total)`` of the ``total = ceil(min(prompt, cap) / 16)`` blocks, so two
-    prompts that agree on their first 4,096 tokens look identical, as they do upstream.
+    Given the prompt, scores count 16-token blocks (``block_share``): a pod holding the
+    request's first k hash units matches ``min(k * 32, total)`` of the ``total = ceil(min(prompt,
+    cap) / 16)`` blocks, so with a cap two prompts that agree on their first 4,096 tokens look
+    identical, as they do upstream. Without the prompt, the share of hash units.
     """
 
     def __init__(
@@ -60,13 +74,11 @@ class ApproxPrefixIndex:
 
     def scores(self, units: list[int], pods: list[int], prompt: int | None = None) -> list[float]:
         counts = self._walk(units)
-        if self.max_tokens is None or prompt is None:
+        if prompt is None:
             total = len(units) or 1
             return [counts.get(p, 0) / total for p in pods]
-        hashed = min(prompt, self.max_tokens)
-        blocks = -(-hashed // self._block) or 1
-        per_unit = UNIT_TOKENS // self._block
-        return [min(counts.get(p, 0) * per_unit, blocks) / blocks for p in pods]
+        hashed = prompt if self.max_tokens is None else min(prompt, self.max_tokens)
+        return [block_share(counts.get(p, 0), hashed, self._block) for p in pods]
 
     def uncached(self, units: list[int], pods: list[int], prompt: int) -> list[int]:
         """Prompt tokens each pod would compute as the index believes (llm-d's in-flight load

@@ -18,7 +18,7 @@ from backend.sim.routers.heuristic import (
     lmetric_keys,
 )
 from backend.sim.routers.predicted import candidate_row
-from backend.sim.routers.prefix_index import ApproxPrefixIndex
+from backend.sim.routers.prefix_index import ApproxPrefixIndex, block_share
 from backend.sim.server import Request, Server
 from backend.sim.view import RouterView
 
@@ -59,6 +59,31 @@ def test_capped_scores_count_16_token_blocks() -> None:
     index.add(0, [7])
     # 600 tokens = 38 blocks of 16; the cached first unit covers 32 of them.
     assert index.scores([7, 8], [0], 600) == [pytest.approx(32 / 38)]
+
+
+def test_a_partial_last_unit_scores_the_tokens_it_holds() -> None:
+    # 700 tokens = 44 blocks of 16; one cached 512-token unit covers 32 of them (not 1 of 2).
+    assert block_share(1, 700) == pytest.approx(32 / 44)
+    assert block_share(2, 700) == 1.0  # the whole prompt cached
+    assert block_share(0, 700) == 0.0
+    uncapped = ApproxPrefixIndex(1, [100])
+    uncapped.add(0, [7])
+    assert uncapped.scores([7, 8], [0], 700) == [pytest.approx(32 / 44)]
+    assert uncapped.scores([7, 8], [0]) == [0.5]  # without the prompt: the share of units
+
+
+@pytest.mark.parametrize("prefix", ["approx", "precise"])
+def test_predicted_routers_send_the_block_share_upstream_sends(prefix: str) -> None:
+    policy = make_policy("llm-d-predicted-best", TransferConfig(), 0, {"prefix": prefix})
+    view = bind(policy)
+    policy.on_dispatch(request([7, 8], 700, rid=0), Route(1), 0.0)  # the index learns it
+    kv = view.servers[1].kv
+    kv.allocate(32)  # the pod really holds the first unit: 32 computed blocks, then cached
+    kv.adopt(7, 32)
+    kv.unref(7)
+    scores = policy._prefix_scores(request([7, 9], 700, rid=1))  # type: ignore[attr-defined]
+    assert scores[1] == pytest.approx(32 / 44)
+    assert scores[0] == 0.0
 
 
 def test_sticky_until_saturated_holds_affinity_until_the_in_flight_gap_passes_the_penalty() -> None:
