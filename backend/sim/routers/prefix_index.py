@@ -43,7 +43,7 @@ class ApproxPrefixIndex:
     Given the prompt, scores count 16-token blocks (``block_share``): a pod holding the
     request's first k hash units matches ``min(k * 32, total)`` of the ``total = ceil(min(prompt,
     cap) / 16)`` blocks, so with a cap two prompts that agree on their first 4,096 tokens look
-    identical, as they do upstream. Without the prompt, the share of hash units.
+    identical, as they do upstream.
     """
 
     def __init__(
@@ -72,11 +72,8 @@ class ApproxPrefixIndex:
                 counts[p] = counts.get(p, 0) + 1
         return counts
 
-    def scores(self, units: list[int], pods: list[int], prompt: int | None = None) -> list[float]:
+    def scores(self, units: list[int], pods: list[int], prompt: int) -> list[float]:
         counts = self._walk(units)
-        if prompt is None:
-            total = len(units) or 1
-            return [counts.get(p, 0) / total for p in pods]
         hashed = prompt if self.max_tokens is None else min(prompt, self.max_tokens)
         return [block_share(counts.get(p, 0), hashed, self._block) for p in pods]
 

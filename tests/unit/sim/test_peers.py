@@ -69,7 +69,6 @@ def test_a_partial_last_unit_scores_the_tokens_it_holds() -> None:
     uncapped = ApproxPrefixIndex(1, [100])
     uncapped.add(0, [7])
     assert uncapped.scores([7, 8], [0], 700) == [pytest.approx(32 / 44)]
-    assert uncapped.scores([7, 8], [0]) == [0.5]  # without the prompt: the share of units
 
 
 @pytest.mark.parametrize("prefix", ["approx", "precise"])
