@@ -178,6 +178,10 @@ class AuthSettings(BaseModel):
     )
 
 
+PASSWORD_MIN = 8
+"""The shortest password the console accepts (``backend.auth.service`` enforces it)."""
+
+
 class UISettings(BaseModel):
     """The web console (`/ui`): sessions, demo mode and the Overview's warnings."""
 
@@ -229,10 +233,9 @@ class UISettings(BaseModel):
     )
     demo_password: SecretStr | None = Field(
         None,
-        # The console's rule for every password (backend.auth.service.PASSWORD_MIN), checked
-        # here so that a short one stops the start with this field's name, not a traceback
-        # from the demo's start-up.
-        min_length=8,
+        # The console's rule for every password, checked here too so that a short one stops
+        # the start with this field's name, not a traceback from the demo's start-up.
+        min_length=PASSWORD_MIN,
         description="Password of the `demo` admin in demo mode (at least 8 characters); "
         "`headroom serve --demo` sets a random one and prints it.",
     )

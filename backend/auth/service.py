@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from backend.auth.models import ApiToken, UiSession, User
 from backend.exceptions import Conflict, Invalid, NotFound
+from backend.settings import PASSWORD_MIN
 from backend.transactions import write
 
 Role = Literal["viewer", "editor", "admin"]
@@ -57,7 +58,6 @@ _USERNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 USERNAME_RULE = (
     f"1 to {USERNAME_MAX} letters, digits, '-', '_' or '.' (starting with a letter or digit)."
 )
-PASSWORD_MIN = 8
 
 
 def is_valid_username(username: str) -> bool:

@@ -852,10 +852,11 @@ def _at(
             if f == j:
                 picked_ok[i] = meets[i, j]
             else:  # the two chances apart, as independent
-                picked_ok[i] = alone[0][i, f] * alone[1][i, j]
                 pair_wait = float(wait[i, j])
                 if pair_wait > 0.0:
-                    queued.append((i, f, j))
+                    queued.append((i, f, j))  # its chance is read after the loop, in one batch
+                else:
+                    picked_ok[i] = alone[0][i, f] * alone[1][i, j]
             picked_alone[:, i] = alone[0][i, f], alone[1][i, j]
         if i in (mid, high):
             ttft_headroom = first.ttft_headroom_ms if first else None
