@@ -894,6 +894,15 @@ def _arrivals(
     return arrival[arrival <= end], float(arrival.min()), end, newest
 
 
+def _settled_rate(rows: Sequence[SampleRow]) -> float:
+    """Settled arrivals a second over ``rows``' window (``_arrivals``); 0 with too few."""
+    settled = _arrivals(rows)
+    if settled is None:
+        return 0.0
+    arrival, start, end, _ = settled
+    return arrival.size / max(end - start, FORECAST_BIN_S)
+
+
 def forecast_load(rows: Sequence[SampleRow], lead_s: float) -> float:
     """How many times the samples' mean request rate the pool is forecast to run at ``lead_s``
     after the newest sample: the factor that sizes the pods for when the ones asked for now
@@ -1007,6 +1016,13 @@ def estimate_replicas(
         load = current_load(rows, rate_window_s)
     elif lead_s:
         load = forecast_load(rows if trend_rows is None else trend_rows, lead_s)
+        if trend_rows is not None:
+            # The factor is over the trend's mean rate; the replay is of ``rows``, whose mean
+            # differs (a shorter window's is above a longer one's on a rise): convert, so the
+            # replay runs at the forecast rate itself, as where the two are one window.
+            trend_rate, replay_rate = _settled_rate(trend_rows), _settled_rate(rows)
+            if trend_rate > 0 and replay_rate > 0:
+                load *= trend_rate / replay_rate
     else:
         load = 1.0
     workload = replace(observed, trace=observed.trace.scaled(load)) if load != 1.0 else observed

@@ -311,9 +311,20 @@ def test_estimate_replicas_replays_at_the_forecast_read_from_the_trend_rows() ->
         trend_rows=ramp,
     )
     assert est is not None
-    assert est.load == pytest.approx(forecast_load(ramp, 90.0)) and est.load > 1.5
+    # The forecast: 1.875 times the ramp's mean of 2 a second, 3.75 a second. The replay runs
+    # at that rate, not at 1.875 times the last minute's own (about 2.75 a second, 5.2).
+    forecast_rps = forecast_load(ramp, 90.0) * 2.0
+    assert forecast_rps == pytest.approx(3.75, rel=0.05)
     assert est.replayed is not None
+    replayed_rps = len(est.replayed.arrival_s) / est.replayed.duration_s
+    assert replayed_rps == pytest.approx(forecast_rps, rel=0.05)
     assert est.replayed.duration_s == pytest.approx(est.workload.trace.duration_s / est.load)
+    # Where the trend is the replay's own window (the service's call), the factor is the
+    # forecast's, unconverted.
+    alone = estimate_replicas(
+        ramp, DEFAULT_SLO, 0.9, router="round-robin", max_replicas=2, lead_s=90.0
+    )
+    assert alone is not None and alone.load == pytest.approx(forecast_load(ramp, 90.0))
 
 
 def test_estimate_replicas_takes_one_rate_rule_at_most() -> None:
