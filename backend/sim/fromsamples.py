@@ -956,8 +956,9 @@ class ReplicaEstimate:
     calibrated: bool
     """True: this call calibrated the pod (its simulations count); False: it was given one."""
     load: float = 1.0
-    """The factor on ``workload``'s rate at which the bisection replayed it (``current_load``
-    or ``forecast_load``)."""
+    """The factor on ``workload``'s rate at which the bisection replayed it (``current_load``,
+    or ``forecast_load`` over the rows the line was read from, converted to ``workload``'s own
+    rate)."""
     replayed: Trace | None = None
     """What the bisection replayed: ``workload.trace`` at the current rate (``load``)."""
 
