@@ -406,6 +406,14 @@ class CapacitySettings(BaseModel):
         "asked for are sized for when they are ready (0: at the lookback's mean rate). "
         "Setting desired_rate_window_s replaces it.",
     )
+    desired_short_replay_s: float = Field(
+        120.0,
+        ge=0,
+        description="Desired replicas also replays only the newest this many seconds of its "
+        "lookback (its look-ahead's line still read over the whole lookback) and answers the "
+        "larger pod count: a burst weighs more in the newest requests than in the whole "
+        "lookback (0: the one replay).",
+    )
     desired_recalibrate_s: float = Field(
         600.0,
         ge=0,

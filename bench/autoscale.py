@@ -99,6 +99,7 @@ def desired_options(args: argparse.Namespace) -> dict[str, Any]:
         "lead_s": None if args.desired_rate_window_s else (args.desired_lead_s or None),
         "score_last_s": args.desired_score_last_s or None,
         "every_s": args.desired_interval_s,
+        "also_replay_s": args.desired_also_replay_s or None,
     }
 
 
@@ -348,6 +349,13 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         default=30.0,
         help="how often the desired-replicas job runs "
         "(the service's HEADROOM_CAPACITY__DESIRED_INTERVAL_S, 30 s by default)",
+    )
+    parser.add_argument(
+        "--desired-also-replay-s",
+        type=float,
+        default=0.0,
+        help="also replay the lookback's newest this many seconds and answer the larger count "
+        "(0: one replay)",
     )
     parser.add_argument(
         "--desired-score-last-s",

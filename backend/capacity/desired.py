@@ -91,6 +91,18 @@ class Estimate:
     samples name no prefill pod (``Workload.prefill_pods``)."""
 
 
+def short_rows(rows: list[SampleRow], seconds: float) -> list[SampleRow] | None:
+    """The rows of the newest ``seconds`` before the newest sample, the short replay's
+    (``HEADROOM_CAPACITY__DESIRED_SHORT_REPLAY_S``); None when ``seconds`` is 0 or the rows
+    span no more than it (the one replay is that window)."""
+    if not seconds or not rows:
+        return None
+    newest = max(r.time_s for r in rows)
+    if newest - min(r.time_s for r in rows) <= seconds:
+        return None
+    return [r for r in rows if r.time_s >= newest - seconds]
+
+
 def estimate(
     rows: list[SampleRow],
     slo: Slo,
@@ -103,7 +115,9 @@ def estimate(
 ) -> Estimate | None:
     """Rebuild, calibrate (unless ``calibrated`` is given; among ``profiles``, default every
     shipped one), bisect (``fromsamples.estimate_replicas``, the simulator's autoscaler's path
-    too); None when the samples hold too few requests."""
+    too); None when the samples hold too few requests. The newest
+    ``desired_short_replay_s`` of them are replayed too and the larger count answers
+    (``short_rows``, ``estimate_replicas``' ``newest``)."""
     est = estimate_replicas(
         rows,
         slo,
@@ -116,6 +130,7 @@ def estimate(
         lead_s=settings.desired_lead_s or None,
         plateau=plateau,
         profiles=profiles,
+        newest=short_rows(rows, settings.desired_short_replay_s),
     )
     if est is None:
         return None

@@ -392,6 +392,10 @@ class DesiredReplicas:
     default lookback), the replay's lookback staying ``lookback_s``."""
     score_last_s: float | None = None
     """Score each replay on its last this many seconds' requests; None: on all of them."""
+    also_replay_s: float | None = None
+    """Also replay only the lookback's newest this many seconds and answer the larger count
+    (``estimate_replicas``' ``newest``; the service's ``HEADROOM_CAPACITY__DESIRED_SHORT_REPLAY_S``
+    with its 300 s lookback); None: the one replay."""
     name: str = "headroom-desired"
     _last: tuple[float, Desired] | None = None
     _calibration: tuple[float, Calibration] | None = None
@@ -420,6 +424,9 @@ class DesiredReplicas:
             lead_s=lead,
             trend_rows=obs.samples(max(self.trend_s, self.lookback_s)) if lead else None,
             score_last_s=self.score_last_s,
+            newest=obs.samples(self.also_replay_s)
+            if self.also_replay_s and self.also_replay_s < self.lookback_s
+            else None,
         )
         if est is None:
             return None

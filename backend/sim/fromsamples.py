@@ -961,10 +961,13 @@ class ReplicaEstimate:
     rate)."""
     replayed: Trace | None = None
     """What the bisection replayed: ``workload.trace`` at the current rate (``load``)."""
+    more_simulations: int = 0
+    """The other replay's bisection, where ``estimate_replicas`` ran two (``newest``)."""
 
     @property
     def simulations(self) -> int:
-        return (len(self.calibration.tried) if self.calibrated else 0) + self.desired.simulations
+        own = (len(self.calibration.tried) if self.calibrated else 0) + self.desired.simulations
+        return own + self.more_simulations
 
 
 def estimate_replicas(
@@ -984,6 +987,7 @@ def estimate_replicas(
     trend_rows: Sequence[SampleRow] | None = None,
     score_last_s: float | None = None,
     profiles: Sequence[str] | None = None,
+    newest: Sequence[SampleRow] | None = None,
 ) -> ReplicaEstimate | None:
     """Desired replicas from a pool's samples: rebuild the requests (``build_workload``),
     calibrate the pod unless ``calibrated`` is given, and bisect on the pod count over
@@ -1007,7 +1011,79 @@ def estimate_replicas(
     burst's misses with the calm before it.
 
     ``profiles``: the shipped profiles the calibration may pick (``calibrate``; default all),
-    a pool's declared one (its policy's ``gpu_profile``)."""
+    a pool's declared one (its policy's ``gpu_profile``).
+
+    With ``newest`` (the newest part of ``rows``, for example their last 120 s) those are
+    replayed too, on the calibration of ``rows``, the look-ahead's line still read over the
+    whole history, and the larger count answers: a burst is a larger share of the newest
+    requests than of the whole window, so its misses weigh more there, and where the target is
+    out of reach the newest requests' plateau starts at more pods (docs/capacity.md, "The
+    newest 120 s replayed too"). ``calibrated`` says whether this call calibrated; the other
+    replay's simulations count in ``simulations``."""
+    first = _estimate_one(
+        rows,
+        slo,
+        target,
+        router=router,
+        max_replicas=max_replicas,
+        min_replicas=min_replicas,
+        calibrated=calibrated,
+        calibration_steps=calibration_steps,
+        plateau=plateau,
+        seed=seed,
+        rate_window_s=rate_window_s,
+        lead_s=lead_s,
+        trend_rows=trend_rows,
+        score_last_s=score_last_s,
+        profiles=profiles,
+    )
+    if first is None or not newest:
+        return first
+    short = _estimate_one(
+        newest,
+        slo,
+        target,
+        router=router,
+        max_replicas=max_replicas,
+        min_replicas=min_replicas,
+        calibrated=first.calibration,
+        calibration_steps=calibration_steps,
+        plateau=plateau,
+        seed=seed,
+        rate_window_s=rate_window_s,
+        lead_s=lead_s,
+        trend_rows=rows if trend_rows is None else trend_rows,
+        score_last_s=score_last_s,
+        profiles=profiles,
+    )
+    if short is None:
+        return first
+    total = first.simulations + short.simulations
+    chosen = short if short.desired.replicas > first.desired.replicas else first
+    # The pod was calibrated (or given) once, for both replays.
+    chosen = replace(chosen, calibrated=first.calibrated)
+    return replace(chosen, more_simulations=total - chosen.simulations)
+
+
+def _estimate_one(
+    rows: Sequence[SampleRow],
+    slo: Slo,
+    target: float,
+    *,
+    router: str,
+    max_replicas: int,
+    min_replicas: int,
+    calibrated: Calibration | None,
+    calibration_steps: int,
+    plateau: float,
+    seed: int,
+    rate_window_s: float | None,
+    lead_s: float | None,
+    trend_rows: Sequence[SampleRow] | None,
+    score_last_s: float | None,
+    profiles: Sequence[str] | None,
+) -> ReplicaEstimate | None:
+    """``estimate_replicas`` over one window of rows."""
     if sum(r.target == "ttft" for r in rows) < MIN_REQUESTS:
         return None
     if rate_window_s and lead_s:
