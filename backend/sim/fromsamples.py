@@ -27,6 +27,7 @@ What the wire gives and how each part of the workload is read from it:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
@@ -1020,42 +1021,27 @@ def estimate_replicas(
     out of reach the newest requests' plateau starts at more pods (docs/capacity.md, "The
     newest 120 s replayed too"). ``calibrated`` says whether this call calibrated; the other
     replay's simulations count in ``simulations``."""
-    first = _estimate_one(
-        rows,
-        slo,
-        target,
+    # The two replays differ only in their rows, the pod they are given and the line's rows.
+    one = functools.partial(
+        _estimate_one,
+        slo=slo,
+        target=target,
         router=router,
         max_replicas=max_replicas,
         min_replicas=min_replicas,
-        calibrated=calibrated,
         calibration_steps=calibration_steps,
         plateau=plateau,
         seed=seed,
         rate_window_s=rate_window_s,
         lead_s=lead_s,
-        trend_rows=trend_rows,
         score_last_s=score_last_s,
         profiles=profiles,
     )
+    first = one(rows, calibrated=calibrated, trend_rows=trend_rows)
     if first is None or not newest:
         return first
-    short = _estimate_one(
-        newest,
-        slo,
-        target,
-        router=router,
-        max_replicas=max_replicas,
-        min_replicas=min_replicas,
-        calibrated=first.calibration,
-        calibration_steps=calibration_steps,
-        plateau=plateau,
-        seed=seed,
-        rate_window_s=rate_window_s,
-        lead_s=lead_s,
-        trend_rows=rows if trend_rows is None else trend_rows,
-        score_last_s=score_last_s,
-        profiles=profiles,
-    )
+    trend = rows if trend_rows is None else trend_rows
+    short = one(newest, calibrated=first.calibration, trend_rows=trend)
     if short is None:
         return first
     total = first.simulations + short.simulations
