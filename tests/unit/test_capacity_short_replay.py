@@ -33,8 +33,8 @@ def test_the_short_replay_is_the_newest_seconds_and_none_where_it_is_the_whole()
 def test_a_burst_in_the_newest_minute_asks_for_more_pods_than_the_whole_lookback() -> None:
     # Mooncake at 0.2x its rate for four minutes, then 0.6x (the autoscaling loop's step) for a
     # minute, on three pods: the target is out of reach (some prompts alone outlast the 2 s
-    # TTFT), so each replay answers its plateau's start, and the newest 120 s, half of them the
-    # burst's, put it at more pods than the 300 s, a quarter of them.
+    # TTFT), so each replay answers its plateau's start, and the newest 120 s, three quarters of
+    # them the burst's, put it at more pods than the 300 s, under half of them (19 and 24).
     trace = warp(load_trace("mooncake-conversation"), step(0.2, 0.6, 240.0, 60.0), 300.0)
     _, observations = record(trace, 3, "a100-llama3-8b", "least-request", DEFAULT_SLO)
     rows = rows_from_observations(observations)
